@@ -1,0 +1,156 @@
+//! The self-calibrated signal `M_t = α·T_H + (1 − α)·T_C` (spec §2).
+//!
+//! Paper: `T_H = H̃`, `T_C = 1 − C̃`, with `x̃ = (x − min)/(max − min)` over the current
+//! generation's tokens `1..t` (causal running range; 0 while the range is below `range_eps`).
+//! Released: `T_H = 1 − clamp(H/ln V, 0, 1)`, `T_C = −C₁ = ln p_max`, weights `1 − a` and `a`.
+//! Both are the same formula with different [`Norm`]/[`Term`] values in the config.
+//! Computed in f32; exact up to f32 rounding of a handful of operations (≤ 1e-6 absolute).
+
+use crate::config::{Config, Norm, Term};
+use crate::stats::TokenStats;
+
+/// Running min/max of entropy and confidence over the current generation (all-POD).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SignalState {
+    /// Number of tokens that entered the range.
+    pub count: u32,
+    /// Running minimum entropy.
+    pub h_min: f32,
+    /// Running maximum entropy.
+    pub h_max: f32,
+    /// Running minimum confidence.
+    pub c_min: f32,
+    /// Running maximum confidence.
+    pub c_max: f32,
+}
+
+impl Default for SignalState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SignalState {
+    /// An empty range (start of a generation).
+    pub const fn new() -> Self {
+        Self {
+            count: 0,
+            h_min: 0.0,
+            h_max: 0.0,
+            c_min: 0.0,
+            c_max: 0.0,
+        }
+    }
+
+    /// Adds this token's statistics to the running ranges and returns its `M_t`.
+    #[inline]
+    pub fn update(&mut self, cfg: &Config, stats: &TokenStats) -> f32 {
+        let (h, c) = (stats.entropy, stats.confidence);
+        if self.count == 0 {
+            (self.h_min, self.h_max, self.c_min, self.c_max) = (h, h, c, c);
+        } else {
+            self.h_min = self.h_min.min(h);
+            self.h_max = self.h_max.max(h);
+            self.c_min = self.c_min.min(c);
+            self.c_max = self.c_max.max(c);
+        }
+        self.count = self.count.saturating_add(1);
+        let th = term(
+            cfg.entropy_term,
+            normalize(
+                cfg.entropy_norm,
+                h,
+                self.h_min,
+                self.h_max,
+                cfg.range_eps,
+                stats.vocab,
+            ),
+        );
+        let tc = term(
+            cfg.confidence_term,
+            normalize(
+                cfg.confidence_norm,
+                c,
+                self.c_min,
+                self.c_max,
+                cfg.range_eps,
+                stats.vocab,
+            ),
+        );
+        cfg.alpha * th + (1.0 - cfg.alpha) * tc
+    }
+}
+
+#[inline]
+fn normalize(norm: u32, x: f32, min: f32, max: f32, range_eps: f32, vocab: u32) -> f32 {
+    match norm {
+        n if n == Norm::LnVocab as u32 => {
+            let ln_v = libm::logf(vocab as f32);
+            if ln_v > 0.0 {
+                (x / ln_v).clamp(0.0, 1.0)
+            } else {
+                0.0
+            }
+        }
+        n if n == Norm::Identity as u32 => x,
+        // RunningMinMax, and the fallback for unvalidated values.
+        _ => {
+            let range = max - min;
+            if range < range_eps || range <= 0.0 {
+                0.0
+            } else {
+                ((x - min) / range).clamp(0.0, 1.0)
+            }
+        }
+    }
+}
+
+#[inline]
+fn term(kind: u32, x: f32) -> f32 {
+    match kind {
+        k if k == Term::Complement as u32 => 1.0 - x,
+        k if k == Term::Negate as u32 => -x,
+        _ => x,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(entropy: f32, confidence: f32, max_logit: f32, lse: f32) -> TokenStats {
+        TokenStats {
+            entropy,
+            confidence,
+            max_logit,
+            log_sum_exp: lse,
+            vocab: 151_936,
+            top_count: 20,
+        }
+    }
+
+    #[test]
+    fn paper_signal_by_hand() {
+        let cfg = Config::paper();
+        let mut s = SignalState::new();
+        // First token: both ranges empty → H̃ = C̃ = 0 → M = 0.4·0 + 0.6·1.
+        assert!((s.update(&cfg, &st(2.0, 10.0, 0.0, 0.0)) - 0.6).abs() < 1e-7);
+        // Second: H ∈ [2, 4] → H̃ = 1; C ∈ [10, 14] → C̃ = 1 → M = 0.4.
+        assert!((s.update(&cfg, &st(4.0, 14.0, 0.0, 0.0)) - 0.4).abs() < 1e-7);
+        // Third: H̃ = 0.5, C̃ = 0.25 → M = 0.2 + 0.45.
+        assert!((s.update(&cfg, &st(3.0, 11.0, 0.0, 0.0)) - 0.65).abs() < 1e-6);
+    }
+
+    #[test]
+    fn released_signal_by_hand() {
+        let cfg = Config::released();
+        let mut s = SignalState::new();
+        let ln_v = (151_936f64).ln();
+        let h = 3.0f64;
+        let c1 = 0.7f64; // −ln p_max
+        let got = s.update(&cfg, &st(h as f32, c1 as f32, 0.0, 0.0)) as f64;
+        let want = 0.6 * (-c1) + 0.4 * (1.0 - (h / ln_v).clamp(0.0, 1.0));
+        assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+    }
+}

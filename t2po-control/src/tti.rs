@@ -1,0 +1,603 @@
+//! TTI — token-level thinking intervention: the per-sequence controller (spec §3).
+//!
+//! A [`Sequence`] is told every token (`accept`) and shown every logits row or its statistics
+//! (`observe`). While inside `<think>` and after `L_min` positions, it fires once when `M_t`
+//! stops moving (window mean of `|ΔM|` over `N + 1` deltas below `ε`, or the released
+//! patience counter), and always when the think content reaches `L_max`; firing loads the
+//! forced queue, whose tokens are then handed out one per step, starting with the next step.
+//! All state is fixed-size plain data (any bit pattern is a valid value), so C can own it.
+
+use crate::config::{Config, Trigger, WINDOW_CAPACITY};
+use crate::error::{Error, Status};
+use crate::signal::SignalState;
+use crate::stats::{token_stats, Logit, TokenStats};
+use crate::tds::TurnAccumulator;
+
+/// Where a generation starts with respect to `<think>` (`t2po_think_start`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThinkStart {
+    /// As the prompt tokens given to [`Sequence::accept`] since the last reset left it.
+    FromPrompt = 0,
+    /// Inside a think block (the prompt ends with `<think>`).
+    Inside = 1,
+    /// Outside a think block.
+    Outside = 2,
+}
+
+impl ThinkStart {
+    /// Reads the integer form used by C; unknown values are an error.
+    pub fn from_u32(value: u32) -> Result<Self, Error> {
+        match value {
+            0 => Ok(Self::FromPrompt),
+            1 => Ok(Self::Inside),
+            2 => Ok(Self::Outside),
+            _ => Err(Error::Config(crate::error::ConfigError::UnknownKind {
+                field: "think_start",
+                value,
+            })),
+        }
+    }
+}
+
+/// Why TTI fired at a step (`t2po_event`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Nothing happened.
+    None = 0,
+    /// The convergence rule fired (window mean below ε, or patience reached).
+    Converged = 1,
+    /// The think budget `L_max` was reached.
+    Budget = 2,
+}
+
+/// The outcome of one observed decode step (`t2po_step`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Step {
+    /// The token the engine must emit at this step, or −1 to sample freely.
+    pub forced_token: i32,
+    /// An [`Event`] value: whether TTI fired at this step (its queue starts at the next step).
+    pub event: u32,
+    /// `M_t` of this position (0 on forced steps, which have no signal).
+    pub signal: f32,
+    /// `t`: observed (non-forced) positions of this generation so far.
+    pub position: u32,
+    /// A [`Status`] value; non-zero only for failed rows of a batched observe.
+    pub status: u32,
+}
+
+impl Default for Step {
+    fn default() -> Self {
+        Self {
+            forced_token: -1,
+            event: Event::None as u32,
+            signal: 0.0,
+            position: 0,
+            status: Status::Ok as u32,
+        }
+    }
+}
+
+impl Step {
+    /// The forced token of this step, if any.
+    pub fn forced(&self) -> Option<u32> {
+        u32::try_from(self.forced_token).ok()
+    }
+
+    /// Applies the decision to a logits row: with a forced token, every entry becomes `−inf`
+    /// except the forced one, which becomes 0. Returns whether the row changed.
+    pub fn apply<T: Logit>(&self, row: &mut [T]) -> Result<bool, Error> {
+        let Some(token) = self.forced() else {
+            return Ok(false);
+        };
+        let index = token as usize;
+        if index >= row.len() {
+            return Err(Error::TokenOutOfRow {
+                token,
+                len: row.len(),
+            });
+        }
+        row.fill(T::NEG_INF);
+        row[index] = T::ZERO;
+        Ok(true)
+    }
+}
+
+const SEQ_MAGIC: u32 = 0x7270_0001;
+
+// Flag bits of `Sequence::flags`.
+const INSIDE: u32 = 1 << 0; // inside a think block now
+const PROMPT_INSIDE: u32 = 1 << 1; // think state the prompt tokens left
+const GENERATING: u32 = 1 << 2; // between begin_generation and reset
+const AWAITING_ACCEPT: u32 = 1 << 3; // observe done, accept not yet
+const FORCED_STEP: u32 = 1 << 4; // this step's token is forced
+const FIRED: u32 = 1 << 5; // TTI fired in this generation
+const QUEUE: u32 = 1 << 6; // forced queue active
+const DONE: u32 = 1 << 7; // the think block of this generation closed
+
+/// The controller of one sequence (`t2po_seq`): signal ranges, TTI state, forced queue and the
+/// turn accumulator for Φ. Caller-allocated, fixed-size, never allocates.
+///
+/// Per generation: [`reset`](Self::reset) → [`accept`](Self::accept) prompt tokens (optional)
+/// → [`begin_generation`](Self::begin_generation) → for each step
+/// [`observe_row`](Self::observe_row) (or [`observe`](Self::observe) with precomputed
+/// statistics) then [`accept`](Self::accept) of the emitted token → [`turn_signal`](Self::turn_signal).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sequence {
+    magic: u32,
+    flags: u32,
+    t: u32,
+    generated: u32,
+    think_len: u32,
+    queue_pos: u32,
+    fire_position: u32,
+    fire_event: u32,
+    calm: u32,
+    deltas_seen: u32,
+    head: u32,
+    prev_m: f32,
+    deltas: [f32; WINDOW_CAPACITY],
+    signal: SignalState,
+    turn: TurnAccumulator,
+    config: Config,
+}
+
+impl Sequence {
+    /// A sequence in the prompt phase, outside think; the config is validated and copied.
+    pub fn new(cfg: &Config) -> Result<Self, Error> {
+        cfg.validate()?;
+        Ok(Self::fresh(*cfg))
+    }
+
+    /// The prompt-phase state for an already validated config.
+    const fn fresh(config: Config) -> Self {
+        Self {
+            magic: SEQ_MAGIC,
+            flags: 0,
+            t: 0,
+            generated: 0,
+            think_len: 0,
+            queue_pos: 0,
+            fire_position: 0,
+            fire_event: 0,
+            calm: 0,
+            deltas_seen: 0,
+            head: 0,
+            prev_m: 0.0,
+            deltas: [0.0; WINDOW_CAPACITY],
+            signal: SignalState::new(),
+            turn: TurnAccumulator {
+                log_sum: 0.0,
+                sum: 0.0,
+                count: 0,
+                count_after_skip: 0,
+            },
+            config,
+        }
+    }
+
+    /// Whether this value was made by [`Sequence::new`] (C callers may hand in any memory).
+    pub fn is_initialized(&self) -> bool {
+        self.magic == SEQ_MAGIC
+    }
+
+    /// The configuration this sequence runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Back to the prompt phase, outside think, all generation state cleared.
+    pub fn reset(&mut self) {
+        *self = Self::fresh(self.config);
+    }
+
+    /// Starts a generation (a turn, or another try of it). Clears the signal ranges, the window,
+    /// the one-time flag, the queue and Φ; keeps the prompt's think state.
+    pub fn begin_generation(&mut self, start: ThinkStart) {
+        let prompt_inside = match start {
+            ThinkStart::FromPrompt => self.flags & PROMPT_INSIDE,
+            ThinkStart::Inside => PROMPT_INSIDE,
+            ThinkStart::Outside => 0,
+        };
+        self.reset();
+        self.flags = GENERATING | prompt_inside | if prompt_inside != 0 { INSIDE } else { 0 };
+    }
+
+    /// Shows the step's logits row (raw, before temperature or penalties). On a forced step the
+    /// row is not read. On error the sequence is unchanged.
+    pub fn observe_row<T: Logit>(&mut self, row: &[T]) -> Result<Step, Error> {
+        if let Some(step) = self.forced_step()? {
+            return Ok(step);
+        }
+        let stats = token_stats(row, self.config.top_j)?;
+        Ok(self.observe_unforced(&stats))
+    }
+
+    /// Like [`observe_row`](Self::observe_row) with statistics computed elsewhere (a GPU kernel).
+    pub fn observe(&mut self, stats: &TokenStats) -> Result<Step, Error> {
+        if let Some(step) = self.forced_step()? {
+            return Ok(step);
+        }
+        Ok(self.observe_unforced(stats))
+    }
+
+    /// Checks the call order; on a step owned by the forced queue returns that step.
+    #[inline]
+    fn forced_step(&mut self) -> Result<Option<Step>, Error> {
+        if self.flags & GENERATING == 0 {
+            return Err(Error::Order("observe before begin_generation"));
+        }
+        if self.flags & AWAITING_ACCEPT != 0 {
+            return Err(Error::Order(
+                "observe twice without accept of the step's token",
+            ));
+        }
+        if self.flags & QUEUE == 0 {
+            return Ok(None);
+        }
+        self.flags |= AWAITING_ACCEPT | FORCED_STEP;
+        Ok(Some(Step {
+            forced_token: self.config.queue[self.queue_pos as usize % self.config.queue.len()]
+                as i32,
+            position: self.t,
+            ..Step::default()
+        }))
+    }
+
+    #[inline]
+    fn observe_unforced(&mut self, stats: &TokenStats) -> Step {
+        let cfg = &self.config;
+        let m = self.signal.update(cfg, stats);
+        self.t = self.t.saturating_add(1);
+        if self.t >= 2 {
+            let delta = (m - self.prev_m).abs();
+            self.deltas[self.head as usize % WINDOW_CAPACITY] = delta;
+            self.head = (self.head + 1) % WINDOW_CAPACITY as u32;
+            self.deltas_seen = self.deltas_seen.saturating_add(1);
+            self.calm = if delta > cfg.patience_tol {
+                0
+            } else {
+                self.calm.saturating_add(1)
+            };
+        }
+        self.prev_m = m;
+        self.turn.push(cfg, self.t, m);
+
+        let mut event = Event::None;
+        let armed = INSIDE;
+        let blocked = FIRED | DONE;
+        if cfg.tti_enabled != 0 && self.flags & armed != 0 && self.flags & blocked == 0 {
+            let converged = self.t >= cfg.min_len
+                && if cfg.trigger == Trigger::Patience as u32 {
+                    self.calm >= cfg.patience
+                } else {
+                    self.window_mean().is_some_and(|mean| mean < cfg.epsilon)
+                };
+            if converged {
+                event = Event::Converged;
+            } else if self.think_len.saturating_add(1) >= cfg.max_think {
+                event = Event::Budget;
+            }
+            if event != Event::None {
+                self.flags |= FIRED | QUEUE;
+                self.queue_pos = 0;
+                self.fire_position = self.t;
+                self.fire_event = event as u32;
+            }
+        }
+        self.flags |= AWAITING_ACCEPT;
+        Step {
+            forced_token: -1,
+            event: event as u32,
+            signal: m,
+            position: self.t,
+            status: Status::Ok as u32,
+        }
+    }
+
+    /// Mean of the `N + 1` most recent deltas, summed newest first; `None` until that many exist.
+    pub fn window_mean(&self) -> Option<f32> {
+        let n = self.config.window as usize + 1;
+        if (self.deltas_seen as usize) < n || n > WINDOW_CAPACITY {
+            return None;
+        }
+        let mut sum = 0f32;
+        for k in 0..n {
+            let idx = (self.head as usize + WINDOW_CAPACITY - 1 - k) % WINDOW_CAPACITY;
+            sum += self.deltas[idx];
+        }
+        Some(sum / n as f32)
+    }
+
+    /// Tells the sequence the token emitted at this step (or a prompt token, before
+    /// [`begin_generation`](Self::begin_generation)). A token other than the pending forced one
+    /// is [`Error::ForcedMismatch`] and leaves the sequence unchanged.
+    pub fn accept(&mut self, token: u32) -> Result<(), Error> {
+        let (open, close) = (self.config.think_open, self.config.think_close);
+        if self.flags & GENERATING == 0 {
+            if token == open {
+                self.flags |= INSIDE | PROMPT_INSIDE;
+            } else if token == close {
+                self.flags &= !(INSIDE | PROMPT_INSIDE);
+            }
+            return Ok(());
+        }
+        if self.flags & AWAITING_ACCEPT == 0 {
+            return Err(Error::Order("accept without observe of the step's row"));
+        }
+        let forced = self.flags & FORCED_STEP != 0;
+        if forced {
+            let expected = self.config.queue[self.queue_pos as usize % self.config.queue.len()];
+            if token != expected {
+                return Err(Error::ForcedMismatch {
+                    expected,
+                    got: token,
+                });
+            }
+            self.queue_pos += 1;
+            if self.queue_pos >= self.config.queue_len {
+                self.flags &= !QUEUE;
+            }
+        }
+        self.flags &= !(AWAITING_ACCEPT | FORCED_STEP);
+        self.generated = self.generated.saturating_add(1);
+        let inside = self.flags & INSIDE != 0;
+        if token == open && !inside && self.flags & DONE == 0 {
+            self.flags |= INSIDE;
+        } else if token == close && inside {
+            self.flags &= !INSIDE;
+            self.flags |= DONE;
+            if !forced && self.queue_pos == 0 {
+                // The model closed think itself on the step TTI fired: its own close stands.
+                self.flags &= !QUEUE;
+            }
+        } else if inside {
+            self.think_len = self.think_len.saturating_add(1);
+        }
+        Ok(())
+    }
+
+    /// Φ of the generation so far (spec §4).
+    pub fn turn_signal(&self) -> Result<f32, Error> {
+        self.turn.phi(&self.config)
+    }
+
+    /// `t`: observed (non-forced) positions of this generation.
+    pub fn position(&self) -> u32 {
+        self.t
+    }
+
+    /// Tokens accepted in this generation (forced ones included).
+    pub fn generated(&self) -> u32 {
+        self.generated
+    }
+
+    /// Think content tokens accepted in this generation (the tags excluded).
+    pub fn think_len(&self) -> u32 {
+        self.think_len
+    }
+
+    /// Whether the sequence is inside a think block now.
+    pub fn inside_think(&self) -> bool {
+        self.flags & INSIDE != 0
+    }
+
+    /// Whether a forced token is pending for the next steps.
+    pub fn forcing(&self) -> bool {
+        self.flags & QUEUE != 0
+    }
+
+    /// Where and why TTI fired in this generation: `(t, event)`.
+    pub fn fired(&self) -> Option<(u32, Event)> {
+        if self.flags & FIRED == 0 {
+            return None;
+        }
+        let event = if self.fire_event == Event::Budget as u32 {
+            Event::Budget
+        } else {
+            Event::Converged
+        };
+        Some((self.fire_position, event))
+    }
+}
+
+/// One decode step for `B` sequences: row `b` of `logits` starts at `b·row_stride` and has
+/// `vocab` entries. Each step gets its own status; a failed row leaves its sequence unchanged.
+/// Returns [`Error::BatchRows`] when any row failed (the others are done).
+pub fn observe_batch<T: Logit>(
+    seqs: &mut [Sequence],
+    logits: &[T],
+    vocab: usize,
+    row_stride: usize,
+    steps: &mut [Step],
+) -> Result<(), Error> {
+    let batch = seqs.len();
+    if batch == 0 || steps.len() != batch {
+        return Err(Error::Size("batch must be >= 1 with one step per sequence"));
+    }
+    if vocab == 0 || row_stride < vocab {
+        return Err(Error::Size("vocab must be >= 1 and row_stride >= vocab"));
+    }
+    let needed = (batch - 1)
+        .checked_mul(row_stride)
+        .and_then(|n| n.checked_add(vocab));
+    if needed.is_none_or(|n| n > logits.len()) {
+        return Err(Error::Size(
+            "logits holds fewer than (batch - 1) * row_stride + vocab entries",
+        ));
+    }
+    let mut failed = 0;
+    for (b, (seq, out)) in seqs.iter_mut().zip(steps.iter_mut()).enumerate() {
+        let row = &logits[b * row_stride..b * row_stride + vocab];
+        *out = match seq.observe_row(row) {
+            Ok(step) => step,
+            Err(e) => {
+                failed += 1;
+                Step {
+                    status: Status::from(e) as u32,
+                    ..Step::default()
+                }
+            }
+        };
+    }
+    if failed > 0 {
+        return Err(Error::BatchRows { failed });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(h: f32, c: f32) -> TokenStats {
+        TokenStats {
+            entropy: h,
+            confidence: c,
+            max_logit: 0.0,
+            log_sum_exp: 0.0,
+            vocab: 1000,
+            top_count: 20,
+        }
+    }
+
+    fn cfg() -> Config {
+        let mut c = Config::paper();
+        c.queue = [9, 8, 7, 0, 0, 0, 0, 0];
+        c.queue_len = 3;
+        c.think_open = 1;
+        c.think_close = 9;
+        c.min_len = 4;
+        c.max_think = 50;
+        c
+    }
+
+    #[test]
+    fn converged_fire_forces_the_queue_in_order() {
+        let mut seq = Sequence::new(&cfg()).unwrap();
+        seq.accept(1).unwrap(); // prompt ends with <think>
+        seq.begin_generation(ThinkStart::FromPrompt);
+        assert!(seq.inside_think());
+        // Alternate then flatten: the window of 5 deltas goes below 0.1 after the flat stretch.
+        let hs = [1.0, 3.0, 1.0, 3.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0];
+        let mut fired_at = None;
+        for (i, &h) in hs.iter().enumerate() {
+            let step = seq.observe(&stats(h, 5.0)).unwrap();
+            assert_eq!(step.forced_token, -1);
+            seq.accept(100).unwrap();
+            if step.event == Event::Converged as u32 {
+                fired_at = Some(i + 1);
+                break;
+            }
+        }
+        let t = fired_at.expect("fires on the flat stretch");
+        assert!(t >= 4);
+        assert_eq!(seq.fired(), Some((t as u32, Event::Converged)));
+        let mut emitted = std::vec::Vec::new();
+        while seq.forcing() {
+            let step = seq.observe(&stats(2.0, 5.0)).unwrap();
+            let tok = step.forced().unwrap();
+            assert_eq!(
+                seq.accept(tok + 1),
+                Err(Error::ForcedMismatch {
+                    expected: tok,
+                    got: tok + 1
+                })
+            );
+            seq.accept(tok).unwrap();
+            emitted.push(tok);
+        }
+        assert_eq!(emitted, [9, 8, 7]);
+        assert!(!seq.inside_think());
+        // Never re-arms: a new think block in the same generation does not fire.
+        seq.observe(&stats(2.0, 5.0)).unwrap();
+        seq.accept(1).unwrap();
+        for _ in 0..100 {
+            let step = seq.observe(&stats(2.0, 5.0)).unwrap();
+            assert_eq!((step.forced_token, step.event), (-1, 0));
+            seq.accept(100).unwrap();
+        }
+    }
+
+    #[test]
+    fn budget_bounds_think_content() {
+        let mut c = cfg();
+        c.tti_enabled = 1;
+        c.epsilon = 0.0; // never converges
+        c.max_think = 7;
+        let mut seq = Sequence::new(&c).unwrap();
+        seq.begin_generation(ThinkStart::Inside);
+        let mut content = 0;
+        loop {
+            let step = seq.observe(&stats(content as f32, 1.0)).unwrap();
+            match step.forced() {
+                Some(tok) => {
+                    seq.accept(tok).unwrap();
+                    if tok == 9 {
+                        break;
+                    }
+                }
+                None => {
+                    seq.accept(100).unwrap();
+                    content += 1;
+                }
+            }
+        }
+        assert_eq!(content, 7);
+        assert_eq!(seq.fired().unwrap().1, Event::Budget);
+    }
+
+    #[test]
+    fn order_errors_leave_state_unchanged() {
+        let mut seq = Sequence::new(&cfg()).unwrap();
+        assert!(matches!(
+            seq.observe(&stats(1.0, 1.0)),
+            Err(Error::Order(_))
+        ));
+        seq.begin_generation(ThinkStart::Outside);
+        assert!(matches!(seq.accept(5), Err(Error::Order(_))));
+        seq.observe(&stats(1.0, 1.0)).unwrap();
+        let before = seq;
+        assert!(matches!(
+            seq.observe(&stats(1.0, 1.0)),
+            Err(Error::Order(_))
+        ));
+        assert_eq!(seq, before);
+    }
+
+    #[test]
+    fn model_closing_on_the_firing_step_cancels_the_queue() {
+        let mut c = cfg();
+        c.min_len = 0;
+        c.max_think = 1;
+        let mut seq = Sequence::new(&c).unwrap();
+        seq.begin_generation(ThinkStart::Inside);
+        let step = seq.observe(&stats(1.0, 1.0)).unwrap();
+        assert_eq!(step.event, Event::Budget as u32);
+        seq.accept(9).unwrap(); // the model's own </think>
+        assert!(!seq.forcing() && !seq.inside_think());
+    }
+
+    #[test]
+    fn apply_masks_all_but_the_forced_token() {
+        let step = Step {
+            forced_token: 2,
+            ..Step::default()
+        };
+        let mut row = [1.0f32, 2.0, 3.0, 4.0];
+        assert_eq!(step.apply(&mut row), Ok(true));
+        assert_eq!(
+            row,
+            [f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY]
+        );
+        let mut short = [0.0f32; 2];
+        assert_eq!(
+            step.apply(&mut short),
+            Err(Error::TokenOutOfRow { token: 2, len: 2 })
+        );
+        assert_eq!(Step::default().apply(&mut row), Ok(false));
+    }
+}

@@ -1,0 +1,366 @@
+/* A real C engine loop against include/t2po.h, built by tests/c_abi.rs with
+ * -fsanitize=address,undefined and linked with the static library.
+ * Covers: a full decode loop with a TTI forced stop (f32, bf16, f16 rows, batched), TDS over
+ * turns, and every error path of the ABI. Prints "c abi: N checks passed" on success. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "t2po.h"
+
+static int checks = 0;
+static int failures = 0;
+
+#define CHECK(cond)                                                           \
+  do {                                                                        \
+    checks++;                                                                 \
+    if (!(cond)) {                                                            \
+      failures++;                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                         \
+  } while (0)
+
+#define EXPECT_STATUS(call, want)                                              \
+  do {                                                                         \
+    t2po_status got_ = (call);                                                 \
+    checks++;                                                                  \
+    if (got_ != (want)) {                                                      \
+      failures++;                                                              \
+      fprintf(stderr, "%s:%d: %s returned %u (%s), want %u\n", __FILE__,       \
+              __LINE__, #call, (unsigned)got_, t2po_status_message(got_),      \
+              (unsigned)(want));                                               \
+    }                                                                          \
+  } while (0)
+
+enum { V = 4096 };
+
+static uint32_t rng_state = 12345u;
+static float frand(void) {
+  rng_state = rng_state * 1664525u + 1013904223u;
+  return (float)((rng_state >> 8) & 0xFFFFFF) / 16777216.0f;
+}
+
+/* A stand-in model: at position t the logits are noise whose peak sharpens, so M_t settles. */
+static void model_logits(float *row, int t) {
+  float sharp = t < 8 ? 1.0f : 6.0f;
+  for (int i = 0; i < V; i++) row[i] = frand();
+  row[(t * 31) % V] += sharp;
+}
+
+static uint16_t to_bf16(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, 4);
+  return (uint16_t)(bits >> 16);
+}
+
+static uint16_t to_f16(float x) { /* values here are small and positive */
+  uint32_t b;
+  memcpy(&b, &x, 4);
+  uint32_t sign = (b >> 16) & 0x8000u;
+  int32_t exp = (int32_t)((b >> 23) & 0xFF) - 127 + 15;
+  uint32_t mant = (b >> 13) & 0x3FFu;
+  if (exp <= 0) return (uint16_t)sign;
+  if (exp >= 31) return (uint16_t)(sign | 0x7C00u);
+  return (uint16_t)(sign | ((uint32_t)exp << 10) | mant);
+}
+
+static t2po_config test_config(void) {
+  t2po_config cfg;
+  EXPECT_STATUS(t2po_config_default(T2PO_PROFILE_PAPER, &cfg), T2PO_STATUS_OK);
+  /* A small vocabulary: ids of our own. */
+  cfg.think_open = 10;
+  cfg.think_close = 11;
+  cfg.queue_len = 3;
+  cfg.queue[0] = 11;
+  cfg.queue[1] = 12;
+  cfg.queue[2] = 13;
+  cfg.min_len = 8;
+  cfg.max_think = 64;
+  return cfg;
+}
+
+/* One generation with one row type; returns the think content length. */
+static int decode_loop(t2po_seq *seq, int kind, int *forced_seen, uint32_t *fired_at) {
+  float row[V];
+  uint16_t half_row[V];
+  int content = 0;
+  *forced_seen = 0;
+  *fired_at = 0;
+  EXPECT_STATUS(t2po_seq_reset(seq), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_accept(seq, 1), T2PO_STATUS_OK);  /* prompt tokens */
+  EXPECT_STATUS(t2po_seq_accept(seq, 10), T2PO_STATUS_OK); /* prompt ends with <think> */
+  EXPECT_STATUS(t2po_seq_begin_generation(seq, T2PO_THINK_START_FROM_PROMPT), T2PO_STATUS_OK);
+  for (int t = 0; t < 200; t++) {
+    t2po_step step;
+    model_logits(row, t);
+    t2po_status st;
+    if (kind == 0) {
+      st = t2po_seq_observe_f32(seq, row, V, &step);
+    } else if (kind == 1) {
+      for (int i = 0; i < V; i++) half_row[i] = to_bf16(row[i]);
+      st = t2po_seq_observe_bf16(seq, half_row, V, &step);
+    } else {
+      for (int i = 0; i < V; i++) half_row[i] = to_f16(row[i]);
+      st = t2po_seq_observe_f16(seq, half_row, V, &step);
+    }
+    EXPECT_STATUS(st, T2PO_STATUS_OK);
+    if (step.event != T2PO_EVENT_NONE) *fired_at = step.position;
+    uint32_t token;
+    if (step.forced_token >= 0) {
+      /* The engine masks the row and samples: only the forced token survives. */
+      EXPECT_STATUS(t2po_step_apply_f32(&step, row, V), T2PO_STATUS_OK);
+      int best = 0;
+      for (int i = 1; i < V; i++) if (row[i] > row[best]) best = i;
+      CHECK(best == step.forced_token && row[best] == 0.0f);
+      token = (uint32_t)best;
+      (*forced_seen)++;
+    } else {
+      token = 100 + (uint32_t)(t % 50); /* ordinary think/action tokens */
+    }
+    EXPECT_STATUS(t2po_seq_accept(seq, token), T2PO_STATUS_OK);
+    t2po_seq_info info;
+    EXPECT_STATUS(t2po_seq_inspect(seq, &info), T2PO_STATUS_OK);
+    if (info.inside_think) content = (int)info.think_len;
+    if (token == 13) break; /* end of the forced "<action>" */
+  }
+  return content;
+}
+
+static void full_loops(void) {
+  t2po_config cfg = test_config();
+  t2po_seq seq;
+  CHECK(t2po_seq_size() == sizeof(t2po_seq));
+  CHECK(t2po_seq_align() == _Alignof(t2po_seq));
+  EXPECT_STATUS(t2po_seq_init(&seq, &cfg), T2PO_STATUS_OK);
+  for (int kind = 0; kind < 3; kind++) {
+    int forced;
+    uint32_t fired_at;
+    int content = decode_loop(&seq, kind, &forced, &fired_at);
+    CHECK(forced == 3);                  /* the whole queue, in order */
+    CHECK(fired_at >= cfg.min_len);      /* never before L_min */
+    CHECK(content <= (int)cfg.max_think);
+    float phi = -1.0f;
+    EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_OK);
+    CHECK(phi > 0.0f && phi <= 1.0f);
+    printf("c abi: row kind %d fired at t=%u, think content %d tokens, phi %.4f\n", kind,
+           fired_at, content, phi);
+  }
+
+  /* Budget: epsilon 0 never converges, so L_max = 5 stops thinking. */
+  cfg.epsilon = 0.0f;
+  cfg.min_len = 0;
+  cfg.max_think = 5;
+  EXPECT_STATUS(t2po_seq_init(&seq, &cfg), T2PO_STATUS_OK);
+  int forced;
+  uint32_t fired_at;
+  int content = decode_loop(&seq, 0, &forced, &fired_at);
+  CHECK(forced == 3 && content == 5);
+  t2po_seq_info info;
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.fired_event == T2PO_EVENT_BUDGET);
+}
+
+static void batched(void) {
+  enum { B = 4, STRIDE = V + 16 };
+  t2po_config cfg = test_config();
+  t2po_seq *seqs = malloc(sizeof(t2po_seq) * B);
+  float *logits = malloc(sizeof(float) * B * STRIDE);
+  t2po_step steps[B];
+  for (int b = 0; b < B; b++) {
+    EXPECT_STATUS(t2po_seq_init(&seqs[b], &cfg), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_begin_generation(&seqs[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  }
+  int forced_total = 0;
+  for (int t = 0; t < 120; t++) {
+    for (int b = 0; b < B; b++) model_logits(logits + (size_t)b * STRIDE, t + b);
+    EXPECT_STATUS(t2po_seq_observe_batch_f32(seqs, B, logits, V, STRIDE, steps), T2PO_STATUS_OK);
+    for (int b = 0; b < B; b++) {
+      CHECK(steps[b].status == T2PO_STATUS_OK);
+      uint32_t tok = steps[b].forced_token >= 0 ? (uint32_t)steps[b].forced_token : 200;
+      if (steps[b].forced_token >= 0) forced_total++;
+      EXPECT_STATUS(t2po_seq_accept(&seqs[b], tok), T2PO_STATUS_OK);
+    }
+  }
+  CHECK(forced_total == 3 * B);
+  /* A NaN in row 2: that row fails with its own status, the others go on. */
+  for (int b = 0; b < B; b++) model_logits(logits + (size_t)b * STRIDE, b);
+  logits[2 * STRIDE + 7] = NAN;
+  EXPECT_STATUS(t2po_seq_observe_batch_f32(seqs, B, logits, V, STRIDE, steps),
+                T2PO_STATUS_BATCH_ROWS);
+  CHECK(steps[2].status == T2PO_STATUS_NAN_LOGIT && steps[0].status == T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_observe_batch_f32(seqs, B, logits, V, V - 1, steps), T2PO_STATUS_BAD_SIZE);
+  EXPECT_STATUS(t2po_seq_observe_batch_f32(seqs, 0, logits, V, STRIDE, steps), T2PO_STATUS_BAD_SIZE);
+  EXPECT_STATUS(t2po_seq_observe_batch_f32(NULL, B, logits, V, STRIDE, steps), T2PO_STATUS_NULL_POINTER);
+  free(seqs);
+  free(logits);
+}
+
+static void tds_turns(void) {
+  t2po_config cfg;
+  EXPECT_STATUS(t2po_config_default(T2PO_PROFILE_PAPER, &cfg), T2PO_STATUS_OK);
+  t2po_tds tds;
+  t2po_tds_verdict v;
+  EXPECT_STATUS(t2po_tds_init(&tds, &cfg), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_tds_decide(&tds, 0.5f, &v), T2PO_STATUS_OK);
+  CHECK(v.resample == 0 && v.kept_try == 0); /* turn 1 */
+  EXPECT_STATUS(t2po_tds_decide(&tds, 0.5f, &v), T2PO_STATUS_OUT_OF_ORDER);
+  EXPECT_STATUS(t2po_tds_commit(&tds), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_tds_decide(&tds, 0.55f, &v), T2PO_STATUS_OK);
+  CHECK(v.resample == 1);
+  EXPECT_STATUS(t2po_tds_decide(&tds, 0.9f, &v), T2PO_STATUS_OK);
+  CHECK(v.resample == 0 && v.kept_try == 1);
+  EXPECT_STATUS(t2po_tds_commit(&tds), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_tds_commit(&tds), T2PO_STATUS_OUT_OF_ORDER);
+  EXPECT_STATUS(t2po_tds_decide(&tds, NAN, &v), T2PO_STATUS_BAD_PHI);
+  EXPECT_STATUS(t2po_tds_begin_episode(&tds), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_tds_decide(&tds, 0.9f, &v), T2PO_STATUS_OK);
+  CHECK(v.resample == 0);
+  CHECK(t2po_tds_size() == sizeof(t2po_tds));
+}
+
+static void error_paths(void) {
+  t2po_config cfg;
+  t2po_seq seq;
+  t2po_step step;
+  t2po_token_stats stats;
+  float row[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  float phi;
+
+  EXPECT_STATUS(t2po_config_default(T2PO_PROFILE_PAPER, &cfg), T2PO_STATUS_OK);
+  /* NULL everywhere. */
+  EXPECT_STATUS(t2po_config_default(0, NULL), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_config_validate(NULL), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_token_stats_f32(NULL, 8, 1, &stats), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_token_stats_f32(row, 8, 1, NULL), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_seq_init(NULL, &cfg), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_seq_accept(NULL, 1), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_seq_observe_f32(NULL, row, 8, &step), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_tds_commit(NULL), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_step_apply_f32(NULL, row, 8), T2PO_STATUS_NULL_POINTER);
+
+  /* Misaligned pointers. */
+  char raw[sizeof(float) * 9];
+  EXPECT_STATUS(t2po_token_stats_f32((const float *)(raw + 1), 8, 1, &stats), T2PO_STATUS_MISALIGNED);
+
+  /* Config errors: profile and every field class. */
+  EXPECT_STATUS(t2po_config_default(7, &cfg), T2PO_STATUS_BAD_KIND);
+#define CFG_CASE(stmt, want)                                                 \
+  do {                                                                       \
+    EXPECT_STATUS(t2po_config_default(T2PO_PROFILE_PAPER, &cfg), T2PO_STATUS_OK); \
+    stmt;                                                                    \
+    EXPECT_STATUS(t2po_config_validate(&cfg), want);                         \
+    EXPECT_STATUS(t2po_seq_init(&seq, &cfg), want);                          \
+  } while (0)
+  CFG_CASE(cfg.top_j = 0, T2PO_STATUS_BAD_TOP_J);
+  CFG_CASE(cfg.top_j = 65, T2PO_STATUS_BAD_TOP_J);
+  CFG_CASE(cfg.alpha = 1.5f, T2PO_STATUS_BAD_ALPHA);
+  CFG_CASE(cfg.alpha = NAN, T2PO_STATUS_BAD_ALPHA);
+  CFG_CASE(cfg.trigger = 9, T2PO_STATUS_BAD_KIND);
+  CFG_CASE(cfg.entropy_norm = 9, T2PO_STATUS_BAD_KIND);
+  CFG_CASE(cfg.tti_enabled = 2, T2PO_STATUS_BAD_FLAG);
+  CFG_CASE(cfg.epsilon = -1.0f, T2PO_STATUS_BAD_TOLERANCE);
+  CFG_CASE(cfg.window = 32, T2PO_STATUS_BAD_WINDOW);
+  CFG_CASE(cfg.patience = 0, T2PO_STATUS_BAD_PATIENCE);
+  CFG_CASE(cfg.min_len = 501, T2PO_STATUS_BAD_LENGTHS);
+  CFG_CASE(cfg.max_think = 0, T2PO_STATUS_BAD_LENGTHS);
+  CFG_CASE(cfg.think_open = cfg.think_close, T2PO_STATUS_BAD_THINK_TOKENS);
+  CFG_CASE(cfg.queue_len = 0, T2PO_STATUS_BAD_QUEUE);
+  CFG_CASE(cfg.queue_len = 9, T2PO_STATUS_BAD_QUEUE);
+  CFG_CASE(cfg.queue[0] = 5, T2PO_STATUS_BAD_QUEUE);
+  CFG_CASE(cfg.phi_floor = 0.0f, T2PO_STATUS_BAD_PHI_FLOOR);
+
+  /* Uninitialised state is refused (memset to garbage, not init'd). */
+  memset(&seq, 0xAB, sizeof seq);
+  EXPECT_STATUS(t2po_seq_accept(&seq, 1), T2PO_STATUS_NOT_INITIALIZED);
+  EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_NOT_INITIALIZED);
+  t2po_tds tds;
+  memset(&tds, 0, sizeof tds);
+  EXPECT_STATUS(t2po_tds_commit(&tds), T2PO_STATUS_NOT_INITIALIZED);
+
+  /* Row errors: empty, NaN, +inf, all -inf; outputs untouched on error. */
+  memset(&stats, 0x5A, sizeof stats);
+  t2po_token_stats before = stats;
+  EXPECT_STATUS(t2po_token_stats_f32(row, 0, 1, &stats), T2PO_STATUS_BAD_SIZE);
+  EXPECT_STATUS(t2po_token_stats_f32(row, 8, 0, &stats), T2PO_STATUS_BAD_TOP_J);
+  row[3] = NAN;
+  EXPECT_STATUS(t2po_token_stats_f32(row, 8, 1, &stats), T2PO_STATUS_NAN_LOGIT);
+  row[3] = INFINITY;
+  EXPECT_STATUS(t2po_token_stats_f32(row, 8, 1, &stats), T2PO_STATUS_POS_INF_LOGIT);
+  for (int i = 0; i < 8; i++) row[i] = -INFINITY;
+  EXPECT_STATUS(t2po_token_stats_f32(row, 8, 1, &stats), T2PO_STATUS_NO_FINITE_LOGIT);
+  CHECK(memcmp(&stats, &before, sizeof stats) == 0);
+  row[5] = 1.0f;
+  EXPECT_STATUS(t2po_token_stats_f32(row, 8, 4, &stats), T2PO_STATUS_OK);
+  CHECK(stats.top_count == 1 && stats.entropy == 0.0f && stats.max_logit == 1.0f);
+  uint16_t hrow[4] = {0x3F80, 0x4000, 0xFF80 /* -inf */, 0x7FC0 /* NaN */};
+  EXPECT_STATUS(t2po_token_stats_bf16(hrow, 3, 2, &stats), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_token_stats_bf16(hrow, 4, 2, &stats), T2PO_STATUS_NAN_LOGIT);
+  uint16_t frow[2] = {0x3C00, 0x7C00 /* +inf */};
+  EXPECT_STATUS(t2po_token_stats_f16(frow, 2, 2, &stats), T2PO_STATUS_POS_INF_LOGIT);
+
+  /* Order errors. */
+  cfg = test_config();
+  EXPECT_STATUS(t2po_seq_init(&seq, &cfg), T2PO_STATUS_OK);
+  for (int i = 0; i < 8; i++) row[i] = (float)i;
+  EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OUT_OF_ORDER);
+  EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_EMPTY_TURN);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, 3), T2PO_STATUS_BAD_KIND);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_accept(&seq, 5), T2PO_STATUS_OUT_OF_ORDER);
+  EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OUT_OF_ORDER);
+  EXPECT_STATUS(t2po_seq_accept(&seq, 5), T2PO_STATUS_OK);
+  t2po_token_stats given = {2.0f, 3.0f, 1.0f, 2.5f, 8, 4};
+  EXPECT_STATUS(t2po_seq_observe_stats(&seq, &given, &step), T2PO_STATUS_OK);
+  CHECK(step.position == 2);
+  EXPECT_STATUS(t2po_seq_accept(&seq, 5), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, NULL), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_seq_turn_signal(&seq, NULL), T2PO_STATUS_NULL_POINTER);
+
+  /* Forced mismatch: budget 1 forces </think> (id 11) next. */
+  cfg.min_len = 0;
+  cfg.max_think = 1;
+  EXPECT_STATUS(t2po_seq_init(&seq, &cfg), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OK);
+  CHECK(step.event == T2PO_EVENT_BUDGET && step.forced_token == -1);
+  EXPECT_STATUS(t2po_seq_accept(&seq, 5), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OK);
+  CHECK(step.forced_token == 11);
+  EXPECT_STATUS(t2po_seq_accept(&seq, 5), T2PO_STATUS_FORCED_MISMATCH);
+  EXPECT_STATUS(t2po_seq_accept(&seq, 11), T2PO_STATUS_OK);
+
+  /* Apply errors: forced id outside the row. */
+  t2po_step bad = step;
+  bad.forced_token = 8;
+  EXPECT_STATUS(t2po_step_apply_f32(&bad, row, 8), T2PO_STATUS_TOKEN_OUT_OF_ROW);
+  EXPECT_STATUS(t2po_step_apply_f32(&bad, row, 0), T2PO_STATUS_BAD_SIZE);
+  bad.forced_token = -1;
+  EXPECT_STATUS(t2po_step_apply_f32(&bad, row, 8), T2PO_STATUS_OK);
+  CHECK(row[7] == 7.0f);
+  uint16_t hb[4] = {0x3F80, 0x3F80, 0x3F80, 0x3F80};
+  bad.forced_token = 1;
+  EXPECT_STATUS(t2po_step_apply_bf16(&bad, hb, 4), T2PO_STATUS_OK);
+  CHECK(hb[0] == 0xFF80 && hb[1] == 0x0000);
+  EXPECT_STATUS(t2po_step_apply_f16(&bad, hb, 4), T2PO_STATUS_OK);
+  CHECK(hb[0] == 0xFC00 && hb[1] == 0x0000);
+
+  /* Messages exist for every value, known or not. */
+  CHECK(strcmp(t2po_status_message(T2PO_STATUS_OK), "ok") == 0);
+  CHECK(strlen(t2po_status_message(9999)) > 0);
+}
+
+int main(void) {
+  full_loops();
+  batched();
+  tds_turns();
+  error_paths();
+  if (failures) {
+    fprintf(stderr, "c abi: %d of %d checks failed\n", failures, checks);
+    return 1;
+  }
+  printf("c abi: %d checks passed\n", checks);
+  return 0;
+}
