@@ -86,7 +86,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "\nturn {} try {try_index}: active reasoning for {active} tokens, then settled",
                 turn + 1
             );
-            println!("  {:>4} {:>8} {:>8} {:>7} {:>9}  note", "t", "H", "C", "M_t", "win mean");
+            println!(
+                "  {:>4} {:>8} {:>8} {:>7} {:>9}  note",
+                "t", "H", "C", "M_t", "win mean"
+            );
             let mut forced = Vec::new();
             let mut action_tokens = 0;
             while action_tokens < 8 {
@@ -113,7 +116,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     _ => "",
                 };
                 if step.forced().is_none() && (step.position % 10 == 1 || !note.is_empty()) {
-                    let win = seq.window_mean().map_or("-".to_string(), |w| format!("{w:.4}"));
+                    let win = seq
+                        .window_mean()
+                        .map_or("-".to_string(), |w| format!("{w:.4}"));
                     println!(
                         "  {:>4} {:>8.4} {:>8.4} {:>7.4} {:>9}  {note}",
                         step.position, stats.entropy, stats.confidence, step.signal, win
@@ -134,7 +139,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
             let verdict = tds.decide(phi)?;
             if verdict.resample == 1 {
-                println!("  TDS: Γ = {:.5} < η = {} → resample this turn", verdict.gamma, cfg.eta);
+                println!(
+                    "  TDS: Γ = {:.5} < η = {} → resample this turn",
+                    verdict.gamma, cfg.eta
+                );
                 try_index += 1;
                 continue;
             }

@@ -81,6 +81,8 @@ enum t2po_status
   T2PO_STATUS_POS_INF_LOGIT = 32,
   // No finite logit.
   T2PO_STATUS_NO_FINITE_LOGIT = 33,
+  // Precomputed statistics with a non-finite entropy or confidence, or `vocab == 0`.
+  T2PO_STATUS_BAD_STATS = 34,
   // Call out of order (observe twice without accept, accept without observe, …).
   T2PO_STATUS_OUT_OF_ORDER = 40,
   // A token other than the pending forced token was accepted.
@@ -373,15 +375,21 @@ typedef struct {
   float c_min;
   // Running maximum confidence.
   float c_max;
+  // The vocabulary size `ln_vocab` was computed for (0: none yet).
+  uint32_t vocab;
+  // `ln vocab`, cached: rows of one sequence share a vocabulary.
+  float ln_vocab;
 } t2po_signal_state;
 
 // Running sums of one turn's signal (all-POD).
 typedef struct {
-  // `Σ ln max(M_t, φ_floor)` (geometric mean).
-  double log_sum;
+  // Mantissa of `Π max(M_t, φ_floor)`, in `[1, 2)` (0 before the first token).
+  double mantissa;
+  // Binary exponent of that product.
+  int64_t exponent;
   // `Σ M_t` over positions past the skip (arithmetic mean).
   double sum;
-  // Tokens in `log_sum`.
+  // Tokens in the product.
   uint32_t count;
   // Tokens in `sum`.
   uint32_t count_after_skip;

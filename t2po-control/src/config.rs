@@ -449,7 +449,8 @@ mod tests {
 
     #[test]
     fn validation_names_the_field() {
-        let cases: [(fn(&mut Config), ConfigError); 10] = [
+        type Case = (fn(&mut Config), ConfigError);
+        let cases: [Case; 10] = [
             (|c| c.alpha = 1.5, ConfigError::Alpha { value: 1.5 }),
             (|c| c.top_j = 0, ConfigError::TopJ { value: 0 }),
             (|c| c.top_j = 65, ConfigError::TopJ { value: 65 }),

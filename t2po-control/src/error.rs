@@ -96,6 +96,9 @@ pub enum Error {
     /// The turn has no token that enters Φ.
     #[error("the turn has no token that enters the turn signal")]
     EmptyTurn,
+    /// Precomputed statistics that are not finite (or `vocab == 0`).
+    #[error("token statistics with a non-finite entropy or confidence, or vocab = 0")]
+    BadStats,
     /// A turn signal Φ that is NaN or infinite.
     #[error("turn signal {0} is not finite")]
     BadPhi(f32),
@@ -156,6 +159,8 @@ pub enum Status {
     PosInfLogit = 32,
     /// No finite logit.
     NoFiniteLogit = 33,
+    /// Precomputed statistics with a non-finite entropy or confidence, or `vocab == 0`.
+    BadStats = 34,
     /// Call out of order (observe twice without accept, accept without observe, …).
     OutOfOrder = 40,
     /// A token other than the pending forced token was accepted.
@@ -211,6 +216,7 @@ impl From<Error> for Status {
             Error::Order(_) => Status::OutOfOrder,
             Error::ForcedMismatch { .. } => Status::ForcedMismatch,
             Error::EmptyTurn => Status::EmptyTurn,
+            Error::BadStats => Status::BadStats,
             Error::BadPhi(_) => Status::BadPhi,
             Error::TokenOutOfRow { .. } => Status::TokenOutOfRow,
             Error::Size(_) => Status::BadSize,
@@ -223,7 +229,7 @@ impl Status {
     /// Every status, in numeric order.
     ///
     /// cbindgen:ignore
-    pub const ALL: [Status; 27] = [
+    pub const ALL: [Status; 28] = [
         Status::Ok,
         Status::NullPointer,
         Status::Misaligned,
@@ -245,6 +251,7 @@ impl Status {
         Status::NanLogit,
         Status::PosInfLogit,
         Status::NoFiniteLogit,
+        Status::BadStats,
         Status::OutOfOrder,
         Status::ForcedMismatch,
         Status::EmptyTurn,
@@ -279,6 +286,7 @@ impl Status {
             Status::NanLogit => c"a logit is NaN",
             Status::PosInfLogit => c"a logit is +inf",
             Status::NoFiniteLogit => c"no finite logit in the row",
+            Status::BadStats => c"token statistics not finite, or vocab = 0",
             Status::OutOfOrder => c"call out of order for the sequence's phase",
             Status::ForcedMismatch => c"a token other than the pending forced token was accepted",
             Status::EmptyTurn => c"no token of the turn enters the turn signal",

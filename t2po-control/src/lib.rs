@@ -15,12 +15,13 @@
 //! let mut seq = Sequence::new(&cfg)?;
 //! let mut tds = Tds::new(&cfg)?;
 //! seq.begin_generation(ThinkStart::Inside); // the prompt ended with <think>
-//! let mut logits = vec![0.0f32; 1000];
+//! let mut logits = vec![0.0f32; 151_936]; // Qwen3's vocabulary
 //! for t in 0..40u32 {
+//!     logits.fill(0.0);
 //!     logits[(t as usize * 7) % 1000] = 5.0; // a stand-in for the model
 //!     let step = seq.observe_row(&logits)?;
 //!     step.apply(&mut logits)?; // or hand step.forced() to your sampler
-//!     let token = step.forced().unwrap_or(t % 1000);
+//!     let token = step.forced().unwrap_or((t * 7) % 1000);
 //!     seq.accept(token)?;
 //! }
 //! let verdict = tds.decide(seq.turn_signal()?)?;

@@ -23,6 +23,10 @@ pub struct SignalState {
     pub c_min: f32,
     /// Running maximum confidence.
     pub c_max: f32,
+    /// The vocabulary size `ln_vocab` was computed for (0: none yet).
+    pub vocab: u32,
+    /// `ln vocab`, cached: rows of one sequence share a vocabulary.
+    pub ln_vocab: f32,
 }
 
 impl Default for SignalState {
@@ -40,6 +44,8 @@ impl SignalState {
             h_max: 0.0,
             c_min: 0.0,
             c_max: 0.0,
+            vocab: 0,
+            ln_vocab: 0.0,
         }
     }
 
@@ -56,6 +62,13 @@ impl SignalState {
             self.c_max = self.c_max.max(c);
         }
         self.count = self.count.saturating_add(1);
+        let ln_norm = Norm::LnVocab as u32;
+        if (cfg.entropy_norm == ln_norm || cfg.confidence_norm == ln_norm)
+            && stats.vocab != self.vocab
+        {
+            self.vocab = stats.vocab;
+            self.ln_vocab = libm::logf(stats.vocab as f32);
+        }
         let th = term(
             cfg.entropy_term,
             normalize(
@@ -64,7 +77,7 @@ impl SignalState {
                 self.h_min,
                 self.h_max,
                 cfg.range_eps,
-                stats.vocab,
+                self.ln_vocab,
             ),
         );
         let tc = term(
@@ -75,7 +88,7 @@ impl SignalState {
                 self.c_min,
                 self.c_max,
                 cfg.range_eps,
-                stats.vocab,
+                self.ln_vocab,
             ),
         );
         cfg.alpha * th + (1.0 - cfg.alpha) * tc
@@ -83,10 +96,9 @@ impl SignalState {
 }
 
 #[inline]
-fn normalize(norm: u32, x: f32, min: f32, max: f32, range_eps: f32, vocab: u32) -> f32 {
+fn normalize(norm: u32, x: f32, min: f32, max: f32, range_eps: f32, ln_v: f32) -> f32 {
     match norm {
         n if n == Norm::LnVocab as u32 => {
-            let ln_v = libm::logf(vocab as f32);
             if ln_v > 0.0 {
                 (x / ln_v).clamp(0.0, 1.0)
             } else {

@@ -1,14 +1,17 @@
 //! Per-token statistics of one logits row in one pass: entropy, top-j confidence, max, log-sum-exp
 //! (spec §1).
 //!
-//! Blockwise online softmax: the row is read once, in chunks of 1024 that stay in L1. For each
-//! chunk a max/validity scan, then `Σ e^(x−m)` and `Σ e^(x−m)(x−m)` against the running max `m`,
-//! rescaled in f64 when `m` grows (`s ← s·e^(m−m')`, `t ← (t + (m−m')·s)·e^(m−m')`), so
-//! `H = ln s − t/s` and `lse = m + ln s`. Top-j keeps the j largest values in a fixed sorted
-//! buffer; 64-element blocks whose max is below the current j-th value are skipped.
-//! Error bound (f32 rows): lane sums of ≤ 128 terms in f32 then f64, entries equal to the max
-//! counted exactly, and an `exp` accurate to ~2 ulp: relative error of every statistic ≤ 1e-5
-//! (tested against an f64 two-pass reference), plus 1e-7 absolute for values near 0.
+//! Blockwise online softmax: the row is read once from memory, in chunks of 1024 that stay in L1.
+//! For each chunk a max scan (per 64-block, for top-j), then `Σ e^(x−m)` and `Σ e^(x−m)(x−m)`
+//! against the running max `m`, rescaled in f64 when `m` grows (`s ← s·e^(m−m')`,
+//! `t ← (t + (m−m')·s)·e^(m−m')`), so `H = ln s − t/s` and `lse = m + ln s`. Top-j keeps the j
+//! largest values in a fixed sorted buffer; 64-blocks whose max is below the current j-th value
+//! are skipped. NaN and `+inf` poison the sums (NaN propagates through the exp pass), which is
+//! checked once per row; only then is the row scanned for the offending index.
+//! Error bound (f32 rows): `exp` by Cody–Waite and a degree-5 minimax polynomial (≤ 4e-7 relative), lane sums of
+//! ≤ 32 terms in f32 then f64, entries equal to the max counted exactly: relative error of every
+//! statistic ≤ 1e-5 (tested against an f64 two-pass reference; seen ≤ 3e-7), plus 1e-7 absolute
+//! for values at 0.
 
 use crate::config::TOP_J_CAPACITY;
 use crate::error::{Error, RowError};
@@ -42,7 +45,6 @@ impl TokenStats {
 
 const CHUNK: usize = 1024;
 const BLOCK: usize = 64;
-const LANES: usize = 8;
 
 mod sealed {
     pub trait Sealed {}
@@ -79,8 +81,11 @@ impl Logit for f32 {
 impl Logit for bf16 {
     #[inline]
     fn widen<'a>(src: &'a [bf16], buf: &'a mut [f32; 1024]) -> &'a [f32] {
+        // bf16 is the top half of an f32: a shift, which vectorises (NaN payloads survive).
         let dst = &mut buf[..src.len()];
-        src.convert_to_f32_slice(dst);
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = f32::from_bits((s.to_bits() as u32) << 16);
+        }
         dst
     }
     fn to_f32(self) -> f32 {
@@ -119,25 +124,41 @@ pub fn token_stats<T: Logit>(row: &[T], top_j: u32) -> Result<TokenStats, Error>
         return Err(Error::Size("a row longer than u32::MAX entries"));
     }
     let mut acc = Accumulator::new(top_j as usize);
-    let mut buf = [0f32; CHUNK];
-    for (c, chunk) in row.chunks(CHUNK).enumerate() {
-        let xs = T::widen(chunk, &mut buf);
-        acc.push(xs).map_err(|e| locate(e, c * CHUNK))?;
+    let mut scratch = Scratch {
+        widened: [0.0; CHUNK],
+        e: [0.0; CHUNK],
+        t: [0.0; CHUNK],
+    };
+    for chunk in row.chunks(CHUNK) {
+        let xs = T::widen(chunk, &mut scratch.widened);
+        acc.push(xs, &mut scratch.e, &mut scratch.t);
+    }
+    if acc.poisoned() {
+        return Err(first_bad(row).into());
     }
     Ok(acc.finish(row.len())?)
 }
 
-/// Shifts a chunk-relative error index to the row.
-fn locate(e: RowError, base: usize) -> RowError {
-    match e {
-        RowError::NaN { index } => RowError::NaN {
-            index: base + index,
-        },
-        RowError::PosInf { index } => RowError::PosInf {
-            index: base + index,
-        },
-        other => other,
+/// Per-row buffers (24 KiB of stack), set up once per row rather than per chunk.
+struct Scratch {
+    widened: [f32; CHUNK],
+    e: [f32; CHUNK],
+    t: [f32; CHUNK],
+}
+
+/// The first NaN or `+inf` of a row known to hold one (cold path).
+#[cold]
+fn first_bad<T: Logit>(row: &[T]) -> RowError {
+    for (index, x) in row.iter().enumerate() {
+        let x = x.to_f32();
+        if x.is_nan() {
+            return RowError::NaN { index };
+        }
+        if x == f32::INFINITY {
+            return RowError::PosInf { index };
+        }
     }
+    RowError::Empty
 }
 
 /// The j largest values seen, sorted descending, in a fixed buffer.
@@ -160,7 +181,8 @@ impl TopJ {
 
     #[inline]
     fn offer(&mut self, x: f32) {
-        if !(x > self.threshold()) {
+        // NaN compares false, so it is never held.
+        if x.partial_cmp(&self.threshold()) != Some(core::cmp::Ordering::Greater) {
             return;
         }
         let mut i = if self.len < self.j {
@@ -184,6 +206,8 @@ struct Accumulator {
     s: f64,
     /// `Σ e^(x−m)(x−m)` (≤ 0).
     t: f64,
+    /// A NaN was seen in a chunk without finite entries (elsewhere NaN poisons `s`/`t`).
+    nan: bool,
     top: TopJ,
 }
 
@@ -193,6 +217,7 @@ impl Accumulator {
             m: f32::NEG_INFINITY,
             s: 0.0,
             t: 0.0,
+            nan: false,
             top: TopJ {
                 vals: [f32::NEG_INFINITY; TOP_J_CAPACITY],
                 len: 0,
@@ -202,12 +227,9 @@ impl Accumulator {
     }
 
     #[inline]
-    fn push(&mut self, xs: &[f32]) -> Result<(), RowError> {
+    fn push(&mut self, xs: &[f32], e: &mut [f32; CHUNK], t: &mut [f32; CHUNK]) {
         let mut block_max = [f32::NEG_INFINITY; CHUNK / BLOCK];
-        let (cmax, bad) = scan(xs, &mut block_max);
-        if bad {
-            return Err(first_bad(xs));
-        }
+        let cmax = block_maxima(xs, &mut block_max);
         for (block, &bm) in xs.chunks(BLOCK).zip(block_max.iter()) {
             if bm > self.top.threshold() {
                 for &x in block {
@@ -216,7 +238,9 @@ impl Accumulator {
             }
         }
         if cmax == f32::NEG_INFINITY {
-            return Ok(());
+            // Nothing finite here (the max ignores NaN, so look for one).
+            self.nan |= xs.iter().any(|x| x.is_nan());
+            return;
         }
         if cmax > self.m {
             if self.m != f32::NEG_INFINITY {
@@ -227,10 +251,14 @@ impl Accumulator {
             }
             self.m = cmax;
         }
-        let (count_max, tail, t) = exp_sums(xs, self.m);
+        let (count_max, tail, tsum) = exp_sums(xs, self.m, e, t);
         self.s += count_max as f64 + tail as f64;
-        self.t += t as f64;
-        Ok(())
+        self.t += tsum as f64;
+    }
+
+    /// Whether a NaN or `+inf` was seen.
+    fn poisoned(&self) -> bool {
+        self.nan || !(self.s.is_finite() && self.t.is_finite()) || self.m == f32::INFINITY
     }
 
     fn finish(&self, len: usize) -> Result<TokenStats, RowError> {
@@ -254,147 +282,141 @@ impl Accumulator {
     }
 }
 
-/// The first NaN or `+inf` of a chunk already known to hold one (cold path).
-#[cold]
-fn first_bad(xs: &[f32]) -> RowError {
-    for (index, &x) in xs.iter().enumerate() {
-        if x.is_nan() {
-            return RowError::NaN { index };
-        }
-        if x == f32::INFINITY {
-            return RowError::PosInf { index };
-        }
-    }
-    RowError::Empty
-}
-
-/// Max of each 64-block and of the chunk; whether any entry is NaN or `+inf`.
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
-fn scan(xs: &[f32], block_max: &mut [f32; CHUNK / BLOCK]) -> (f32, bool) {
+/// Max of each 64-block and of the chunk (NaN ignored).
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
+fn block_maxima(xs: &[f32], block_max: &mut [f32; CHUNK / BLOCK]) -> f32 {
     let mut cmax = f32::NEG_INFINITY;
-    let mut bad = 0u32;
     for (block, out) in xs.chunks(BLOCK).zip(block_max.iter_mut()) {
-        let mut vm = [f32::NEG_INFINITY; LANES];
-        let mut vb = [0u32; LANES];
-        let mut groups = block.chunks_exact(LANES);
+        let mut acc = [f32::NEG_INFINITY; 16];
+        let mut groups = block.chunks_exact(16);
         for g in &mut groups {
-            for l in 0..LANES {
-                let x = g[l];
-                vm[l] = if x > vm[l] { x } else { vm[l] };
-                vb[l] |= (!(x < f32::INFINITY)) as u32;
+            for l in 0..16 {
+                acc[l] = if g[l] > acc[l] { g[l] } else { acc[l] };
             }
         }
-        for &x in groups.remainder() {
-            vm[0] = if x > vm[0] { x } else { vm[0] };
-            vb[0] |= (!(x < f32::INFINITY)) as u32;
+        for (l, &x) in groups.remainder().iter().enumerate() {
+            acc[l] = if x > acc[l] { x } else { acc[l] };
         }
-        let bm = vm
+        let bm = acc
             .iter()
             .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
         *out = bm;
         cmax = if bm > cmax { bm } else { cmax };
-        bad |= vb.iter().fold(0, |a, &b| a | b);
     }
-    (cmax, bad != 0)
+    cmax
 }
 
-/// `e^d` for `d ∈ [−87, 0]` (Cephes `expf`: Cody–Waite reduction, degree-6 polynomial; ~2 ulp).
+/// `a·b + c`, fused where the clone has FMA (the flag is a per-clone constant).
 #[inline(always)]
-fn exp_neg(d: f32) -> f32 {
-    const LOG2E: f32 = core::f32::consts::LOG2_E;
+fn madd(fma: bool, a: f32, b: f32, c: f32) -> f32 {
+    #[cfg(feature = "std")]
+    if fma {
+        return a.mul_add(b, c);
+    }
+    let _ = fma;
+    a * b + c
+}
+
+/// `e^d` for `d ∈ [−87, 0]`: `e^d = 2^n · e^r` with `n = round(d·log2 e)` and
+/// `r = d − n·ln 2` by Cody–Waite (two-part ln 2, so `r` is exact to ~1 ulp for every `n`), and a
+/// degree-5 minimax polynomial for `e^r` on `[−ln2/2, ln2/2]` (≤ 4e-7 relative). Branch-free;
+/// NaN propagates.
+#[inline(always)]
+fn exp_neg(fma: bool, d: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
-    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_HI: f32 = 0.693_359_4; // 355/512, exact in few bits: n·LN2_HI is exact
     const LN2_LO: f32 = -2.121_944_4e-4;
-    let z = d * LOG2E + MAGIC;
+    const C: [f32; 6] = [
+        1.0,
+        1.0,
+        0.499_990_85,
+        0.166_664_56,
+        0.041_894_68,
+        0.008_371_909,
+    ];
+    let z = madd(fma, d, core::f32::consts::LOG2_E, MAGIC);
     let n = z - MAGIC;
-    let ni = z.to_bits() as i32 - MAGIC.to_bits() as i32;
-    let r = d - n * LN2_HI - n * LN2_LO;
-    let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
-    let y = p * (r * r) + r + 1.0;
-    y * f32::from_bits(((ni + 127) << 23) as u32)
+    let ni = z.to_bits().wrapping_sub(MAGIC.to_bits()) as i32;
+    let r = madd(fma, -n, LN2_HI, d);
+    let r = madd(fma, -n, LN2_LO, r);
+    let mut p = C[5];
+    p = madd(fma, p, r, C[4]);
+    p = madd(fma, p, r, C[3]);
+    p = madd(fma, p, r, C[2]);
+    p = madd(fma, p, r, C[1]);
+    p = madd(fma, p, r, C[0]);
+    p * f32::from_bits((ni.wrapping_add(127) as u32) << 23)
 }
 
 /// Against the running max `m`: (count of entries equal to `m`, `Σ e^(x−m)` over the others,
-/// `Σ e^(x−m)(x−m)`). Counting the max entries apart keeps the small tail exact relative to itself.
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
-fn exp_sums(xs: &[f32], m: f32) -> (f32, f32, f32) {
-    let mut lc = [0f32; LANES];
-    let mut ls = [0f32; LANES];
-    let mut lt = [0f32; LANES];
-    #[inline(always)]
-    fn term(x: f32, m: f32) -> (f32, f32, f32) {
+/// `Σ e^(x−m)(x−m)`). Counting the max entries apart keeps the small tail exact relative to
+/// itself. An element-wise pass into L1 buffers (which the loop vectoriser handles), then sums
+/// over 32 lanes.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
+fn exp_sums(xs: &[f32], m: f32, e: &mut [f32; CHUNK], t: &mut [f32; CHUNK]) -> (f32, f32, f32) {
+    let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
+    let n = xs.len().min(CHUNK);
+    let xs = &xs[..n];
+    let mut count = 0u32;
+    for ((&x, e), t) in xs.iter().zip(e[..n].iter_mut()).zip(t[..n].iter_mut()) {
         let d = x - m;
+        // `d < −87` is false for NaN, so NaN flows into the sums (checked once per row).
         let dc = if d < -87.0 { -87.0 } else { d };
-        let e = exp_neg(dc);
-        let e = if d < -87.0 { 0.0 } else { e };
-        let is_max = d == 0.0;
-        (
-            if is_max { 1.0 } else { 0.0 },
-            if is_max { 0.0 } else { e },
-            e * dc,
-        )
+        let v = exp_neg(fma, dc);
+        let v = if d < -87.0 || d == 0.0 { 0.0 } else { v };
+        count += (d == 0.0) as u32;
+        *e = v;
+        *t = v * dc;
     }
-    let mut groups = xs.chunks_exact(LANES);
+    (count as f32, lane_sum(&e[..n]), lane_sum(&t[..n]))
+}
+
+/// Sum over 32 lane accumulators (≤ 32 terms each for a chunk), then across lanes.
+#[inline(always)]
+fn lane_sum(xs: &[f32]) -> f32 {
+    const W: usize = 32;
+    let mut acc = [0f32; W];
+    let mut groups = xs.chunks_exact(W);
     for g in &mut groups {
-        for l in 0..LANES {
-            let (c, s, t) = term(g[l], m);
-            lc[l] += c;
-            ls[l] += s;
-            lt[l] += t;
+        for l in 0..W {
+            acc[l] += g[l];
         }
     }
-    for &x in groups.remainder() {
-        let (c, s, t) = term(x, m);
-        lc[0] += c;
-        ls[0] += s;
-        lt[0] += t;
+    for (l, &x) in groups.remainder().iter().enumerate() {
+        acc[l] += x;
     }
-    (lc.iter().sum(), ls.iter().sum(), lt.iter().sum())
+    let mut half = [0f32; W / 2];
+    for l in 0..W / 2 {
+        half[l] = acc[l] + acc[l + W / 2];
+    }
+    half.iter().sum()
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use std::vec::Vec;
-
-    /// The f64 two-pass reference of spec §1: (H, C, max, lse, k).
-    pub(crate) fn reference(row: &[f64], j: usize) -> (f64, f64, f64, f64, usize) {
-        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let s: f64 = row.iter().map(|&x| (x - m).exp()).sum();
-        let lse = m + s.ln();
-        let h: f64 = row
-            .iter()
-            .filter(|x| x.is_finite())
-            .map(|&x| {
-                let lp = x - lse;
-                -lp.exp() * lp
-            })
-            .sum();
-        let mut fin: Vec<f64> = row.iter().cloned().filter(|x| x.is_finite()).collect();
-        fin.sort_by(|a, b| b.partial_cmp(a).unwrap());
-        let k = j.min(fin.len());
-        let c = -fin[..k].iter().map(|&x| x - lse).sum::<f64>() / k as f64;
-        (h, c, m, lse, k)
-    }
 
     #[test]
     fn exp_neg_is_accurate() {
         let mut worst = 0f64;
         let mut d = -87.0f32;
         while d <= 0.0 {
-            let got = exp_neg(d) as f64;
+            let got = exp_neg(false, d) as f64;
             let want = (d as f64).exp();
             worst = worst.max(((got - want) / want).abs());
             d += 0.000_37;
         }
-        // ~2 ulp of f32 (ulp = 1.19e-7).
-        assert!(worst < 3e-7, "worst relative error {worst}");
-        assert_eq!(exp_neg(0.0), 1.0);
+        // The minimax bound 2.3e-7 plus f32 rounding of the evaluation.
+        assert!(worst < 6e-7, "worst relative error {worst}");
+        assert_eq!(exp_neg(false, 0.0), 1.0);
     }
 
     #[test]

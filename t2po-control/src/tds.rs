@@ -1,7 +1,9 @@
 //! TDS — turn-level dynamical sampling (spec §4).
 //!
-//! [`TurnAccumulator`] folds a turn's `M_t` into Φ (paper: geometric mean via
-//! `Σ ln max(M_t, φ_floor)` in f64; released: arithmetic mean over positions `t > phi_skip`).
+//! [`TurnAccumulator`] folds a turn's `M_t` into Φ (paper: geometric mean of `max(M_t, φ_floor)`,
+//! kept as an f64 mantissa product in `[1, 2)` plus an integer sum of binary exponents, so no
+//! logarithm is taken per token and nothing underflows; `ln Π = ln mant + e·ln 2` at the end;
+//! released: arithmetic mean over positions `t > phi_skip`).
 //! [`Tds`] holds one episode's decision state: `Γ = |Φ^k − Φ^{k−1}|` against the *kept* Φ of the
 //! previous turn; hesitant turns (`Γ < η`, or released `0 < Γ < η`) are resampled up to `B_max`
 //! times; turn 1 is never resampled; when the budget runs out `keep = last | best` decides.
@@ -13,15 +15,19 @@ use crate::error::Error;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TurnAccumulator {
-    /// `Σ ln max(M_t, φ_floor)` (geometric mean).
-    pub log_sum: f64,
+    /// Mantissa of `Π max(M_t, φ_floor)`, in `[1, 2)` (0 before the first token).
+    pub mantissa: f64,
+    /// Binary exponent of that product.
+    pub exponent: i64,
     /// `Σ M_t` over positions past the skip (arithmetic mean).
     pub sum: f64,
-    /// Tokens in `log_sum`.
+    /// Tokens in the product.
     pub count: u32,
     /// Tokens in `sum`.
     pub count_after_skip: u32,
 }
+
+const EXP_MASK: u64 = 0x7FF << 52;
 
 impl TurnAccumulator {
     /// Adds `M_t` of generated position `t` (1-based).
@@ -33,7 +39,15 @@ impl TurnAccumulator {
                 self.count_after_skip += 1;
             }
         } else {
-            self.log_sum += libm::log(m.max(cfg.phi_floor) as f64);
+            let x = m.max(cfg.phi_floor) as f64; // NaN-free: max returns the floor for NaN
+            let prod = if self.count == 0 {
+                x
+            } else {
+                self.mantissa * x
+            };
+            let bits = prod.to_bits();
+            self.exponent += ((bits & EXP_MASK) >> 52) as i64 - 1023;
+            self.mantissa = f64::from_bits((bits & !EXP_MASK) | (1023 << 52));
             self.count += 1;
         }
     }
@@ -49,7 +63,8 @@ impl TurnAccumulator {
             if self.count == 0 {
                 return Err(Error::EmptyTurn);
             }
-            Ok(libm::exp(self.log_sum / self.count as f64) as f32)
+            let ln_prod = libm::log(self.mantissa) + self.exponent as f64 * core::f64::consts::LN_2;
+            Ok(libm::exp(ln_prod / self.count as f64) as f32)
         }
     }
 }
@@ -228,6 +243,18 @@ mod tests {
         let got = acc.phi(&cfg).unwrap() as f64;
         assert!((got - want).abs() / want < 1e-6, "{got} vs {want}");
         assert_eq!(TurnAccumulator::default().phi(&cfg), Err(Error::EmptyTurn));
+    }
+
+    #[test]
+    fn long_turns_do_not_underflow() {
+        let cfg = Config::paper();
+        let mut acc = TurnAccumulator::default();
+        for t in 1..=5000u32 {
+            acc.push(&cfg, t, if t % 2 == 0 { 1e-6 } else { 0.5 });
+        }
+        let want = (1e-6f64 * 0.5).sqrt();
+        let got = acc.phi(&cfg).unwrap() as f64;
+        assert!((got - want).abs() / want < 1e-6, "{got} vs {want}");
     }
 
     #[test]

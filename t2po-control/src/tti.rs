@@ -170,7 +170,8 @@ impl Sequence {
             deltas: [0.0; WINDOW_CAPACITY],
             signal: SignalState::new(),
             turn: TurnAccumulator {
-                log_sum: 0.0,
+                mantissa: 0.0,
+                exponent: 0,
                 sum: 0.0,
                 count: 0,
                 count_after_skip: 0,
@@ -217,9 +218,14 @@ impl Sequence {
     }
 
     /// Like [`observe_row`](Self::observe_row) with statistics computed elsewhere (a GPU kernel).
+    /// Statistics with a non-finite entropy or confidence, or `vocab == 0`, are an error.
     pub fn observe(&mut self, stats: &TokenStats) -> Result<Step, Error> {
         if let Some(step) = self.forced_step()? {
             return Ok(step);
+        }
+        if !(stats.entropy.is_finite() && stats.confidence.is_finite() && stats.vocab > 0) {
+            // The forced-step path above changed nothing when it returned None.
+            return Err(Error::BadStats);
         }
         Ok(self.observe_unforced(stats))
     }

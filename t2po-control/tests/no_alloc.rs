@@ -80,5 +80,8 @@ fn hundred_thousand_calls_allocate_nothing() {
     }
     let allocations = ALLOCS.load(Ordering::SeqCst) - before;
     assert!(fired > 0, "the loop exercises TTI firing");
-    assert_eq!(allocations, 0, "{calls} calls made {allocations} allocations");
+    assert_eq!(
+        allocations, 0,
+        "{calls} calls made {allocations} allocations"
+    );
 }

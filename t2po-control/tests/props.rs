@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use t2po_control::{
-    Config, Error, Event, Keep, Norm, Sequence, TdsRule, Tds, Term, ThinkStart, TokenStats,
+    Config, Error, Event, Keep, Norm, Sequence, Tds, TdsRule, Term, ThinkStart, TokenStats,
     Trigger, TurnMean,
 };
 
@@ -29,7 +29,13 @@ fn stats(h: f32, c: f32) -> TokenStats {
 /// Per-step statistics: noisy and flat segments.
 fn stat_stream() -> impl Strategy<Value = Vec<(f32, f32)>> {
     prop::collection::vec(
-        (1usize..40, 0.0f32..10.0, 0.0f32..20.0, prop::bool::ANY, any::<u64>()),
+        (
+            1usize..40,
+            0.0f32..10.0,
+            0.0f32..20.0,
+            prop::bool::ANY,
+            any::<u64>(),
+        ),
         1..12,
     )
     .prop_map(|segs| {
@@ -98,7 +104,11 @@ fn naive_window_mean(ms: &[f32], n: usize) -> Option<f32> {
 fn naive_calm(ms: &[f32], tol: f32) -> u32 {
     let mut calm = 0;
     for w in ms.windows(2) {
-        calm = if (w[1] - w[0]).abs() > tol { 0 } else { calm + 1 };
+        calm = if (w[1] - w[0]).abs() > tol {
+            0
+        } else {
+            calm + 1
+        };
     }
     calm
 }
@@ -306,7 +316,10 @@ proptest! {
 #[test]
 fn out_of_order_calls_are_errors_not_panics() {
     let mut seq = Sequence::new(&Config::paper()).unwrap();
-    assert!(matches!(seq.observe(&stats(1.0, 1.0)), Err(Error::Order(_))));
+    assert!(matches!(
+        seq.observe(&stats(1.0, 1.0)),
+        Err(Error::Order(_))
+    ));
     seq.begin_generation(ThinkStart::Inside);
     assert!(matches!(seq.accept(1), Err(Error::Order(_))));
     assert!(matches!(seq.turn_signal(), Err(Error::EmptyTurn)));

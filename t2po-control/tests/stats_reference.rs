@@ -53,11 +53,15 @@ fn check<T: Logit>(row: &[T], j: u32, what: &str) -> f64 {
         row.len()
     );
     // Worst relative error seen on values away from 0, for the report below.
-    [(got.entropy, h), (got.confidence, c), (got.log_sum_exp, lse)]
-        .iter()
-        .filter(|&&(_, w)| w.abs() > 1e-2)
-        .map(|&(g, w)| (g as f64 - w).abs() / w.abs())
-        .fold(0.0, f64::max)
+    [
+        (got.entropy, h),
+        (got.confidence, c),
+        (got.log_sum_exp, lse),
+    ]
+    .iter()
+    .filter(|&&(_, w)| w.abs() > 1e-2)
+    .map(|&(g, w)| (g as f64 - w).abs() / w.abs())
+    .fold(0.0, f64::max)
 }
 
 /// Deterministic rows of each family (xorshift; no dependence on proptest's RNG).
@@ -95,7 +99,13 @@ fn families(v: usize, rng: &mut Rng) -> Vec<(&'static str, Vec<f32>)> {
         few_finite[i] = i as f32 * 0.01;
     }
     let peaked: Vec<f32> = (0..v)
-        .map(|i| if i == v / 2 { 18.0 } else { rng.normal() as f32 })
+        .map(|i| {
+            if i == v / 2 {
+                18.0
+            } else {
+                rng.normal() as f32
+            }
+        })
         .collect();
     vec![
         ("random", random),
