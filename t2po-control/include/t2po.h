@@ -83,6 +83,8 @@ enum t2po_status
   T2PO_STATUS_NO_FINITE_LOGIT = 33,
   // Precomputed statistics with a non-finite entropy or confidence, or `vocab == 0`.
   T2PO_STATUS_BAD_STATS = 34,
+  // The finite logits span more than f32 can represent in the statistics.
+  T2PO_STATUS_LOGIT_RANGE = 35,
   // Call out of order (observe twice without accept, accept without observe, …).
   T2PO_STATUS_OUT_OF_ORDER = 40,
   // A token other than the pending forced token was accepted.
@@ -496,24 +498,44 @@ extern "C" {
 const char *t2po_status_message(uint32_t status);
 
 // Writes the defaults of a profile (`t2po_profile`: 0 paper, 1 released) to `*out`.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_config_default(uint32_t profile, t2po_config *out);
 
 // Checks every field of `*config`; the status names the first field found wrong.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_config_validate(const t2po_config *config);
 
 // Statistics of one f32 logits row of `len` entries with top-`top_j` confidence.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_token_stats_f32(const float *row,
                                  size_t len,
                                  uint32_t top_j,
                                  t2po_token_stats *out);
 
 // Statistics of one bf16 logits row (raw bf16 bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_token_stats_bf16(const uint16_t *row,
                                   size_t len,
                                   uint32_t top_j,
                                   t2po_token_stats *out);
 
 // Statistics of one f16 logits row (raw IEEE half bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_token_stats_f16(const uint16_t *row,
                                  size_t len,
                                  uint32_t top_j,
@@ -527,31 +549,63 @@ size_t t2po_seq_align(void);
 
 // Sets up `*seq` (caller-allocated, contents ignored) with a validated copy of `*config`.
 // On error `*seq` is not written.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_init(t2po_seq *seq, const t2po_config *config);
 
 // Back to the prompt phase, outside think (the config is kept).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_reset(t2po_seq *seq);
 
 // Starts a generation. `think_start` (`t2po_think_start`): 0 as the prompt tokens given to
 // `t2po_seq_accept` left it, 1 inside `<think>`, 2 outside.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_begin_generation(t2po_seq *seq, uint32_t think_start);
 
 // Observes this step's raw f32 logits row (before temperature/penalties) and writes the step's
 // decision: `forced_token` ≥ 0 must be emitted, −1 means sample freely.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_observe_f32(t2po_seq *seq, const float *row, size_t len, t2po_step *out);
 
 // [`t2po_seq_observe_f32`] for a bf16 row (raw bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_observe_bf16(t2po_seq *seq, const uint16_t *row, size_t len, t2po_step *out);
 
 // [`t2po_seq_observe_f32`] for an f16 row (raw bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_observe_f16(t2po_seq *seq, const uint16_t *row, size_t len, t2po_step *out);
 
 // Observes statistics computed elsewhere (e.g. on the GPU) instead of a row.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_observe_stats(t2po_seq *seq, const t2po_token_stats *stats, t2po_step *out);
 
 // One decode step for `batch` sequences (a contiguous `t2po_seq` array): row `b` starts at
 // `logits + b * row_stride` and has `vocab` entries. Every `out_steps[b]` is written with its
 // own `status`; returns `T2PO_STATUS_BATCH_ROWS` if any row failed (its sequence unchanged).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_observe_batch_f32(t2po_seq *seqs,
                                        size_t batch,
                                        const float *logits,
@@ -560,6 +614,10 @@ t2po_status t2po_seq_observe_batch_f32(t2po_seq *seqs,
                                        t2po_step *out_steps);
 
 // [`t2po_seq_observe_batch_f32`] for bf16 logits (raw bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_observe_batch_bf16(t2po_seq *seqs,
                                         size_t batch,
                                         const uint16_t *logits,
@@ -568,6 +626,10 @@ t2po_status t2po_seq_observe_batch_bf16(t2po_seq *seqs,
                                         t2po_step *out_steps);
 
 // [`t2po_seq_observe_batch_f32`] for f16 logits (raw bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_observe_batch_f16(t2po_seq *seqs,
                                        size_t batch,
                                        const uint16_t *logits,
@@ -578,38 +640,78 @@ t2po_status t2po_seq_observe_batch_f16(t2po_seq *seqs,
 // Tells the sequence the token emitted at this step (or a prompt token before
 // `t2po_seq_begin_generation`). Accepting another token while a forced one is pending is
 // `T2PO_STATUS_FORCED_MISMATCH` and changes nothing.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_accept(t2po_seq *seq, uint32_t token);
 
 // Writes Φ of the current generation (spec §4) to `*out_phi`.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_turn_signal(t2po_seq *seq, float *out_phi);
 
 // Writes a summary of the sequence's state.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_inspect(t2po_seq *seq, t2po_seq_info *out);
 
 // Applies a step to its f32 row: with a forced token every other entry becomes −inf and the
 // forced entry 0; without one the row is untouched.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_step_apply_f32(const t2po_step *step, float *row, size_t len);
 
 // [`t2po_step_apply_f32`] for a bf16 row (raw bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_step_apply_bf16(const t2po_step *step, uint16_t *row, size_t len);
 
 // [`t2po_step_apply_f32`] for an f16 row (raw bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_step_apply_f16(const t2po_step *step, uint16_t *row, size_t len);
 
 // `sizeof(t2po_tds)`.
 size_t t2po_tds_size(void);
 
 // Sets up `*tds` (caller-allocated) for a new episode from `*config`.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_tds_init(t2po_tds *tds, const t2po_config *config);
 
 // Forgets the previous turn (a new episode); the counters are kept.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_tds_begin_episode(t2po_tds *tds);
 
 // Judges one try of the current turn by its Φ: `out->resample == 1` means generate the turn
 // again; otherwise keep try `out->kept_try`, step the environment with it, then commit.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_tds_decide(t2po_tds *tds, float phi, t2po_tds_verdict *out);
 
 // The kept try went to the environment; its Φ becomes the previous turn's.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_tds_commit(t2po_tds *tds);
 
 #ifdef __cplusplus

@@ -72,6 +72,10 @@ pub enum RowError {
     /// Every entry is `−inf`.
     #[error("no finite logit in the row (all {len} entries are -inf)")]
     NoFinite { len: usize },
+    /// The finite logits span more than f32 can hold in the statistics (a confidence or
+    /// log-sum-exp beyond ±3.4e38): only rows with logits near ±f32::MAX get here.
+    #[error("the finite logits span more than f32 can represent in the statistics")]
+    Range,
 }
 
 /// Everything a call into the kernel can report.
@@ -161,6 +165,8 @@ pub enum Status {
     NoFiniteLogit = 33,
     /// Precomputed statistics with a non-finite entropy or confidence, or `vocab == 0`.
     BadStats = 34,
+    /// The finite logits span more than f32 can represent in the statistics.
+    LogitRange = 35,
     /// Call out of order (observe twice without accept, accept without observe, …).
     OutOfOrder = 40,
     /// A token other than the pending forced token was accepted.
@@ -203,6 +209,7 @@ impl From<RowError> for Status {
             RowError::NaN { .. } => Status::NanLogit,
             RowError::PosInf { .. } => Status::PosInfLogit,
             RowError::NoFinite { .. } => Status::NoFiniteLogit,
+            RowError::Range => Status::LogitRange,
         }
     }
 }
@@ -229,7 +236,7 @@ impl Status {
     /// Every status, in numeric order.
     ///
     /// cbindgen:ignore
-    pub const ALL: [Status; 28] = [
+    pub const ALL: [Status; 29] = [
         Status::Ok,
         Status::NullPointer,
         Status::Misaligned,
@@ -252,6 +259,7 @@ impl Status {
         Status::PosInfLogit,
         Status::NoFiniteLogit,
         Status::BadStats,
+        Status::LogitRange,
         Status::OutOfOrder,
         Status::ForcedMismatch,
         Status::EmptyTurn,
@@ -287,6 +295,7 @@ impl Status {
             Status::PosInfLogit => c"a logit is +inf",
             Status::NoFiniteLogit => c"no finite logit in the row",
             Status::BadStats => c"token statistics not finite, or vocab = 0",
+            Status::LogitRange => c"finite logits span more than f32 can represent",
             Status::OutOfOrder => c"call out of order for the sequence's phase",
             Status::ForcedMismatch => c"a token other than the pending forced token was accepted",
             Status::EmptyTurn => c"no token of the turn enters the turn signal",

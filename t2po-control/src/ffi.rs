@@ -154,8 +154,12 @@ pub extern "C" fn t2po_status_message(status: u32) -> *const c_char {
 }
 
 /// Writes the defaults of a profile (`t2po_profile`: 0 paper, 1 released) to `*out`.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_config_default(profile: u32, out: *mut Config) -> Status {
+pub unsafe extern "C" fn t2po_config_default(profile: u32, out: *mut Config) -> Status {
     boundary!({
         tri!(check(out));
         let profile = tri!(Profile::from_u32(profile));
@@ -165,8 +169,12 @@ pub extern "C" fn t2po_config_default(profile: u32, out: *mut Config) -> Status 
 }
 
 /// Checks every field of `*config`; the status names the first field found wrong.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_config_validate(config: *const Config) -> Status {
+pub unsafe extern "C" fn t2po_config_validate(config: *const Config) -> Status {
     boundary!({
         let config = tri!(read(config));
         tri!(config.validate());
@@ -185,8 +193,12 @@ fn stats_of<T: Logit>(row: *const T, len: usize, top_j: u32, out: *mut TokenStat
 }
 
 /// Statistics of one f32 logits row of `len` entries with top-`top_j` confidence.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_token_stats_f32(
+pub unsafe extern "C" fn t2po_token_stats_f32(
     row: *const f32,
     len: usize,
     top_j: u32,
@@ -196,8 +208,12 @@ pub extern "C" fn t2po_token_stats_f32(
 }
 
 /// Statistics of one bf16 logits row (raw bf16 bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_token_stats_bf16(
+pub unsafe extern "C" fn t2po_token_stats_bf16(
     row: *const u16,
     len: usize,
     top_j: u32,
@@ -207,8 +223,12 @@ pub extern "C" fn t2po_token_stats_bf16(
 }
 
 /// Statistics of one f16 logits row (raw IEEE half bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_token_stats_f16(
+pub unsafe extern "C" fn t2po_token_stats_f16(
     row: *const u16,
     len: usize,
     top_j: u32,
@@ -231,8 +251,12 @@ pub extern "C" fn t2po_seq_align() -> usize {
 
 /// Sets up `*seq` (caller-allocated, contents ignored) with a validated copy of `*config`.
 /// On error `*seq` is not written.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_init(seq: *mut Sequence, config: *const Config) -> Status {
+pub unsafe extern "C" fn t2po_seq_init(seq: *mut Sequence, config: *const Config) -> Status {
     boundary!({
         tri!(check(seq));
         let config = tri!(read(config));
@@ -243,8 +267,12 @@ pub extern "C" fn t2po_seq_init(seq: *mut Sequence, config: *const Config) -> St
 }
 
 /// Back to the prompt phase, outside think (the config is kept).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_reset(seq: *mut Sequence) -> Status {
+pub unsafe extern "C" fn t2po_seq_reset(seq: *mut Sequence) -> Status {
     boundary!({
         tri!(seq_mut(seq)).reset();
         Status::Ok
@@ -253,8 +281,12 @@ pub extern "C" fn t2po_seq_reset(seq: *mut Sequence) -> Status {
 
 /// Starts a generation. `think_start` (`t2po_think_start`): 0 as the prompt tokens given to
 /// `t2po_seq_accept` left it, 1 inside `<think>`, 2 outside.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_begin_generation(seq: *mut Sequence, think_start: u32) -> Status {
+pub unsafe extern "C" fn t2po_seq_begin_generation(seq: *mut Sequence, think_start: u32) -> Status {
     boundary!({
         let start = tri!(ThinkStart::from_u32(think_start));
         tri!(seq_mut(seq)).begin_generation(start);
@@ -275,8 +307,12 @@ fn observe_of<T: Logit>(seq: *mut Sequence, row: *const T, len: usize, out: *mut
 
 /// Observes this step's raw f32 logits row (before temperature/penalties) and writes the step's
 /// decision: `forced_token` ≥ 0 must be emitted, −1 means sample freely.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_observe_f32(
+pub unsafe extern "C" fn t2po_seq_observe_f32(
     seq: *mut Sequence,
     row: *const f32,
     len: usize,
@@ -286,8 +322,12 @@ pub extern "C" fn t2po_seq_observe_f32(
 }
 
 /// [`t2po_seq_observe_f32`] for a bf16 row (raw bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_observe_bf16(
+pub unsafe extern "C" fn t2po_seq_observe_bf16(
     seq: *mut Sequence,
     row: *const u16,
     len: usize,
@@ -297,8 +337,12 @@ pub extern "C" fn t2po_seq_observe_bf16(
 }
 
 /// [`t2po_seq_observe_f32`] for an f16 row (raw bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_observe_f16(
+pub unsafe extern "C" fn t2po_seq_observe_f16(
     seq: *mut Sequence,
     row: *const u16,
     len: usize,
@@ -308,8 +352,12 @@ pub extern "C" fn t2po_seq_observe_f16(
 }
 
 /// Observes statistics computed elsewhere (e.g. on the GPU) instead of a row.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_observe_stats(
+pub unsafe extern "C" fn t2po_seq_observe_stats(
     seq: *mut Sequence,
     stats: *const TokenStats,
     out: *mut Step,
@@ -357,8 +405,12 @@ fn batch_of<T: Logit>(
 /// One decode step for `batch` sequences (a contiguous `t2po_seq` array): row `b` starts at
 /// `logits + b * row_stride` and has `vocab` entries. Every `out_steps[b]` is written with its
 /// own `status`; returns `T2PO_STATUS_BATCH_ROWS` if any row failed (its sequence unchanged).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_observe_batch_f32(
+pub unsafe extern "C" fn t2po_seq_observe_batch_f32(
     seqs: *mut Sequence,
     batch: usize,
     logits: *const f32,
@@ -370,8 +422,12 @@ pub extern "C" fn t2po_seq_observe_batch_f32(
 }
 
 /// [`t2po_seq_observe_batch_f32`] for bf16 logits (raw bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_observe_batch_bf16(
+pub unsafe extern "C" fn t2po_seq_observe_batch_bf16(
     seqs: *mut Sequence,
     batch: usize,
     logits: *const u16,
@@ -390,8 +446,12 @@ pub extern "C" fn t2po_seq_observe_batch_bf16(
 }
 
 /// [`t2po_seq_observe_batch_f32`] for f16 logits (raw bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_observe_batch_f16(
+pub unsafe extern "C" fn t2po_seq_observe_batch_f16(
     seqs: *mut Sequence,
     batch: usize,
     logits: *const u16,
@@ -412,8 +472,12 @@ pub extern "C" fn t2po_seq_observe_batch_f16(
 /// Tells the sequence the token emitted at this step (or a prompt token before
 /// `t2po_seq_begin_generation`). Accepting another token while a forced one is pending is
 /// `T2PO_STATUS_FORCED_MISMATCH` and changes nothing.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_accept(seq: *mut Sequence, token: u32) -> Status {
+pub unsafe extern "C" fn t2po_seq_accept(seq: *mut Sequence, token: u32) -> Status {
     boundary!({
         tri!(tri!(seq_mut(seq)).accept(token));
         Status::Ok
@@ -421,8 +485,12 @@ pub extern "C" fn t2po_seq_accept(seq: *mut Sequence, token: u32) -> Status {
 }
 
 /// Writes Φ of the current generation (spec §4) to `*out_phi`.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_turn_signal(seq: *mut Sequence, out_phi: *mut f32) -> Status {
+pub unsafe extern "C" fn t2po_seq_turn_signal(seq: *mut Sequence, out_phi: *mut f32) -> Status {
     boundary!({
         tri!(check(out_phi));
         let phi = tri!(tri!(seq_mut(seq)).turn_signal());
@@ -432,8 +500,12 @@ pub extern "C" fn t2po_seq_turn_signal(seq: *mut Sequence, out_phi: *mut f32) ->
 }
 
 /// Writes a summary of the sequence's state.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_seq_inspect(seq: *mut Sequence, out: *mut SeqInfo) -> Status {
+pub unsafe extern "C" fn t2po_seq_inspect(seq: *mut Sequence, out: *mut SeqInfo) -> Status {
     boundary!({
         tri!(check(out));
         let seq = tri!(seq_mut(seq));
@@ -463,20 +535,44 @@ fn apply_of<T: Logit>(step: *const Step, row: *mut T, len: usize) -> Status {
 
 /// Applies a step to its f32 row: with a forced token every other entry becomes −inf and the
 /// forced entry 0; without one the row is untouched.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_step_apply_f32(step: *const Step, row: *mut f32, len: usize) -> Status {
+pub unsafe extern "C" fn t2po_step_apply_f32(
+    step: *const Step,
+    row: *mut f32,
+    len: usize,
+) -> Status {
     apply_of(step, row, len)
 }
 
 /// [`t2po_step_apply_f32`] for a bf16 row (raw bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_step_apply_bf16(step: *const Step, row: *mut u16, len: usize) -> Status {
+pub unsafe extern "C" fn t2po_step_apply_bf16(
+    step: *const Step,
+    row: *mut u16,
+    len: usize,
+) -> Status {
     apply_of(step, row.cast::<bf16>(), len)
 }
 
 /// [`t2po_step_apply_f32`] for an f16 row (raw bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_step_apply_f16(step: *const Step, row: *mut u16, len: usize) -> Status {
+pub unsafe extern "C" fn t2po_step_apply_f16(
+    step: *const Step,
+    row: *mut u16,
+    len: usize,
+) -> Status {
     apply_of(step, row.cast::<f16>(), len)
 }
 
@@ -487,8 +583,12 @@ pub extern "C" fn t2po_tds_size() -> usize {
 }
 
 /// Sets up `*tds` (caller-allocated) for a new episode from `*config`.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_tds_init(tds: *mut Tds, config: *const Config) -> Status {
+pub unsafe extern "C" fn t2po_tds_init(tds: *mut Tds, config: *const Config) -> Status {
     boundary!({
         tri!(check(tds));
         let config = tri!(read(config));
@@ -499,8 +599,12 @@ pub extern "C" fn t2po_tds_init(tds: *mut Tds, config: *const Config) -> Status 
 }
 
 /// Forgets the previous turn (a new episode); the counters are kept.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_tds_begin_episode(tds: *mut Tds) -> Status {
+pub unsafe extern "C" fn t2po_tds_begin_episode(tds: *mut Tds) -> Status {
     boundary!({
         tri!(tds_mut(tds)).begin_episode();
         Status::Ok
@@ -509,8 +613,12 @@ pub extern "C" fn t2po_tds_begin_episode(tds: *mut Tds) -> Status {
 
 /// Judges one try of the current turn by its Φ: `out->resample == 1` means generate the turn
 /// again; otherwise keep try `out->kept_try`, step the environment with it, then commit.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_tds_decide(tds: *mut Tds, phi: f32, out: *mut Verdict) -> Status {
+pub unsafe extern "C" fn t2po_tds_decide(tds: *mut Tds, phi: f32, out: *mut Verdict) -> Status {
     boundary!({
         tri!(check(out));
         let verdict = tri!(tri!(tds_mut(tds)).decide(phi));
@@ -520,8 +628,12 @@ pub extern "C" fn t2po_tds_decide(tds: *mut Tds, phi: f32, out: *mut Verdict) ->
 }
 
 /// The kept try went to the environment; its Φ becomes the previous turn's.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
 #[no_mangle]
-pub extern "C" fn t2po_tds_commit(tds: *mut Tds) -> Status {
+pub unsafe extern "C" fn t2po_tds_commit(tds: *mut Tds) -> Status {
     boundary!({
         tri!(tri!(tds_mut(tds)).commit());
         Status::Ok

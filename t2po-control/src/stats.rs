@@ -232,8 +232,14 @@ impl Accumulator {
         let cmax = block_maxima(xs, &mut block_max);
         for (block, &bm) in xs.chunks(BLOCK).zip(block_max.iter()) {
             if bm > self.top.threshold() {
-                for &x in block {
-                    self.top.offer(x);
+                // Only 16-groups holding a candidate go to the scalar insertion.
+                for group in block.chunks(16) {
+                    let thr = self.top.threshold();
+                    if group.iter().fold(false, |any, &x| any | (x > thr)) {
+                        for &x in group {
+                            self.top.offer(x);
+                        }
+                    }
                 }
             }
         }
@@ -269,13 +275,19 @@ impl Accumulator {
         let lse = self.m as f64 + ln_s;
         let entropy = ln_s - self.t / self.s;
         let k = self.top.len;
-        let top_sum: f64 = self.top.vals[..k].iter().map(|&v| v as f64).sum();
-        let confidence = lse - top_sum / k as f64;
+        // Relative to the max, so huge magnitudes do not cancel: C = ln s − mean(x_(i) − m).
+        let m = self.m as f64;
+        let top_gap: f64 = self.top.vals[..k].iter().map(|&v| v as f64 - m).sum();
+        let confidence = ln_s - top_gap / k as f64;
+        let (confidence, log_sum_exp) = (confidence as f32, lse as f32);
+        if !(confidence.is_finite() && log_sum_exp.is_finite()) {
+            return Err(RowError::Range);
+        }
         Ok(TokenStats {
             entropy: entropy as f32,
-            confidence: confidence as f32,
+            confidence,
             max_logit: self.m,
-            log_sum_exp: lse as f32,
+            log_sum_exp,
             vocab: len as u32,
             top_count: k as u32,
         })
@@ -433,6 +445,9 @@ mod tests {
             token_stats(&row, 4),
             Err(Error::Row(RowError::PosInf { index: 2500 }))
         );
+        // C = −mean(x_(i) − m) = (2/3)·2·f32::MAX: beyond f32.
+        let spread = [f32::MAX, -f32::MAX, -f32::MAX];
+        assert_eq!(token_stats(&spread, 3), Err(Error::Row(RowError::Range)));
         let masked = [f32::NEG_INFINITY; 77];
         assert_eq!(
             token_stats(&masked, 4),

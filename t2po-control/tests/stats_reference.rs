@@ -18,18 +18,19 @@ fn reference(row: &[f64], j: usize) -> (f64, f64, f64, f64, usize) {
     let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     let s: f64 = row.iter().map(|&x| (x - m).exp()).sum();
     let lse = m + s.ln();
+    // log p relative to the max, so huge magnitudes do not cancel in f64.
     let h: f64 = row
         .iter()
         .filter(|x| x.is_finite())
         .map(|&x| {
-            let lp = x - lse;
+            let lp = (x - m) - s.ln();
             -lp.exp() * lp
         })
         .sum();
     let mut fin: Vec<f64> = row.iter().cloned().filter(|x| x.is_finite()).collect();
     fin.sort_by(|a, b| b.partial_cmp(a).unwrap());
     let k = j.min(fin.len());
-    let c = -fin[..k].iter().map(|&x| x - lse).sum::<f64>() / k as f64;
+    let c = s.ln() - fin[..k].iter().map(|&x| x - m).sum::<f64>() / k as f64;
     (h, c, m, lse, k)
 }
 
