@@ -1,0 +1,644 @@
+//! Generated Search QA data: a wiki-18-shaped passage corpus of synthetic entities and the
+//! FlashRAG-shaped question sets over it (spec §3.2, §3.5).
+//!
+//! Entities (countries, cities, companies, people) carry facts that their passages state in
+//! fixed sentences; questions are single-hop (the general sets: nq, triviaqa, popqa) or multi-hop
+//! (2-hop bridge and comparison: hotpotqa, 2wikimultihopqa, musique, bamboogle), each with alias
+//! answers that EM normalisation must equate ("the Republic of X" / "X", "J. Smith" forms, …).
+//! Everything is a pure function of the seed. The jsonl readers and writers use the real formats
+//! (`{"id","contents"}` passages; `{"id","question","golden_answers","data_source","metadata"}`).
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+
+/// SplitMix64: small, seeded, portable.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator for `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+    /// One element of a non-empty slice.
+    pub fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len())]
+    }
+}
+
+/// One passage of the corpus (`wiki-18.jsonl` row: `{"id": "0", "contents": "\"Title\"\ntext"}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Passage {
+    /// Row id, a decimal string.
+    pub id: String,
+    /// `"\"Title\"\ntext"`.
+    pub contents: String,
+}
+
+impl Passage {
+    /// The title: the first line with its quotes stripped (as the BM25 backends return it).
+    pub fn title(&self) -> &str {
+        self.contents.lines().next().unwrap_or("").trim_matches('"')
+    }
+    /// The text after the title line.
+    pub fn text(&self) -> &str {
+        self.contents.split_once('\n').map_or("", |(_, t)| t)
+    }
+}
+
+/// One question (FlashRAG jsonl row plus the Search-R1 `data_source`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    /// Row id.
+    pub id: String,
+    /// The question text.
+    pub question: String,
+    /// Accepted answers (any one matches).
+    pub golden_answers: Vec<String>,
+    /// The dataset it belongs to (`nq`, `hotpotqa`, …).
+    #[serde(default)]
+    pub data_source: String,
+    /// Free-form metadata (here: `{"hops": 1|2, "kind": "single"|"bridge"|"comparison"}`).
+    #[serde(default)]
+    pub metadata: serde_json::Value,
+}
+
+/// The general (single-hop) and multi-hop dataset roles of Search-R1's evaluation.
+pub const GENERAL_SOURCES: [&str; 3] = ["nq", "triviaqa", "popqa"];
+/// Multi-hop dataset roles.
+pub const MULTI_HOP_SOURCES: [&str; 4] = ["hotpotqa", "2wikimultihopqa", "musique", "bamboogle"];
+
+const OCCUPATIONS: [&str; 12] = [
+    "painter",
+    "chemist",
+    "architect",
+    "novelist",
+    "engineer",
+    "composer",
+    "botanist",
+    "surgeon",
+    "economist",
+    "sculptor",
+    "astronomer",
+    "lawyer",
+];
+const INDUSTRIES: [&str; 8] = [
+    "shipping",
+    "textile",
+    "software",
+    "railway",
+    "mining",
+    "publishing",
+    "brewing",
+    "optics",
+];
+
+#[derive(Clone, Debug)]
+struct Country {
+    name: String,
+    official: String,
+    capital: usize,
+}
+
+#[derive(Clone, Debug)]
+struct City {
+    name: String,
+    country: usize,
+    founded: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Company {
+    name: String,
+    founder: usize,
+    city: usize,
+    founded: u32,
+    industry: &'static str,
+}
+
+#[derive(Clone, Debug)]
+struct Person {
+    first: String,
+    last: String,
+    initial: char,
+    born: u32,
+    city: usize,
+    occupation: &'static str,
+    employer: Option<usize>,
+}
+
+impl Person {
+    fn name(&self) -> String {
+        format!("{} {}", self.first, self.last)
+    }
+    fn aliases(&self) -> Vec<String> {
+        vec![
+            self.name(),
+            format!("{} {}. {}", self.first, self.initial, self.last),
+        ]
+    }
+}
+
+/// A generated world: entities, their passages, and questions over them.
+#[derive(Clone, Debug)]
+pub struct World {
+    countries: Vec<Country>,
+    cities: Vec<City>,
+    companies: Vec<Company>,
+    people: Vec<Person>,
+    /// The corpus, one passage per entity, in id order.
+    pub passages: Vec<Passage>,
+}
+
+struct Names {
+    rng: Rng,
+    used: HashSet<String>,
+}
+
+impl Names {
+    fn word(&mut self, syllables: usize) -> String {
+        const ON: [&str; 20] = [
+            "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br",
+            "st", "tr", "gl",
+        ];
+        const NU: [&str; 8] = ["a", "e", "i", "o", "u", "ae", "io", "ou"];
+        const CO: [&str; 8] = ["", "", "n", "r", "s", "l", "th", "m"];
+        let mut w = String::new();
+        for _ in 0..syllables {
+            w.push_str(self.rng.pick(&ON));
+            w.push_str(self.rng.pick(&NU));
+            w.push_str(self.rng.pick(&CO));
+        }
+        let mut c = w.chars();
+        match c.next() {
+            Some(f) => f.to_uppercase().chain(c).collect(),
+            None => w,
+        }
+    }
+
+    /// A fresh name not used before in this world.
+    fn unique(&mut self, make: impl Fn(&mut Self) -> String) -> String {
+        loop {
+            let n = make(self);
+            if self.used.insert(n.to_lowercase()) {
+                return n;
+            }
+        }
+    }
+}
+
+impl World {
+    /// A world with about `passages` passages (at least 10), from `seed`.
+    pub fn generate(seed: u64, passages: usize) -> Self {
+        let n = passages.max(10);
+        let mut rng = Rng::new(seed);
+        let mut names = Names {
+            rng: Rng::new(seed.wrapping_add(1)),
+            used: HashSet::new(),
+        };
+        let n_countries = (n / 50).clamp(3, 200);
+        let n_cities = (n / 5).max(n_countries);
+        let n_companies = n / 5;
+        let n_people = n - n_countries - n_cities - n_companies;
+
+        let mut countries: Vec<Country> = (0..n_countries)
+            .map(|_| {
+                let name = names.unique(|s| {
+                    let syl = 2 + s.rng.below(2);
+                    s.word(syl)
+                });
+                let official = format!(
+                    "{} of {name}",
+                    rng.pick(&["Republic", "Kingdom", "Federation", "Commonwealth"])
+                );
+                Country {
+                    name,
+                    official,
+                    capital: 0,
+                }
+            })
+            .collect();
+        let cities: Vec<City> = (0..n_cities)
+            .map(|i| City {
+                name: names.unique(|s| {
+                    let syl = 2 + s.rng.below(2);
+                    s.word(syl)
+                }),
+                // Every country gets at least one city (its capital).
+                country: if i < n_countries {
+                    i
+                } else {
+                    rng.below(n_countries)
+                },
+                founded: 800 + rng.below(1100) as u32,
+            })
+            .collect();
+        for (i, c) in countries.iter_mut().enumerate() {
+            c.capital = i;
+        }
+        let mut people: Vec<Person> = (0..n_people)
+            .map(|_| {
+                let first = names.word(2);
+                let last = names.unique(|s| {
+                    let syl = 2 + s.rng.below(2);
+                    s.word(syl)
+                });
+                Person {
+                    initial: (b'A' + rng.below(26) as u8) as char,
+                    first,
+                    last,
+                    born: 1820 + rng.below(180) as u32,
+                    city: rng.below(n_cities),
+                    occupation: rng.pick(&OCCUPATIONS),
+                    employer: None,
+                }
+            })
+            .collect();
+        let companies: Vec<Company> = (0..n_companies)
+            .map(|_| {
+                let name = names.unique(|s| {
+                    let w = s.word(2);
+                    let kind = s.rng.pick(&["Works", "Holdings", "Company", "Industries"]);
+                    format!("{w} {kind}")
+                });
+                Company {
+                    name,
+                    founder: rng.below(n_people.max(1)),
+                    city: rng.below(n_cities),
+                    founded: 1850 + rng.below(170) as u32,
+                    industry: rng.pick(&INDUSTRIES),
+                }
+            })
+            .collect();
+        if !companies.is_empty() {
+            for p in people.iter_mut() {
+                if rng.below(3) > 0 {
+                    p.employer = Some(rng.below(companies.len()));
+                }
+            }
+        }
+        let mut world = World {
+            countries,
+            cities,
+            companies,
+            people,
+            passages: Vec::new(),
+        };
+        world.passages = world.render_passages(&mut rng);
+        world
+    }
+
+    fn render_passages(&self, rng: &mut Rng) -> Vec<Passage> {
+        let mut out = Vec::with_capacity(
+            self.countries.len() + self.cities.len() + self.companies.len() + self.people.len(),
+        );
+        let mut push = |title: &str, text: String| {
+            let id = out.len().to_string();
+            out.push(Passage {
+                id,
+                contents: format!("\"{title}\"\n{text}"),
+            });
+        };
+        for c in &self.countries {
+            let cap = &self.cities[c.capital].name;
+            push(
+                &c.name,
+                format!(
+                    "{name}, officially the {off}, is a country whose capital is {cap}. {name} is \
+                     known for its {a} and {b} industries and a long coastline.",
+                    name = c.name,
+                    off = c.official,
+                    a = rng.pick(&INDUSTRIES),
+                    b = rng.pick(&INDUSTRIES),
+                ),
+            );
+        }
+        for c in &self.cities {
+            let country = &self.countries[c.country].name;
+            push(
+                &c.name,
+                format!(
+                    "{name} is a city in {country}. It was founded in {year}. The city is known \
+                     for its old harbour, its {ind} trade and its annual festival.",
+                    name = c.name,
+                    year = c.founded,
+                    ind = rng.pick(&INDUSTRIES),
+                ),
+            );
+        }
+        for c in &self.companies {
+            let founder = self
+                .people
+                .get(c.founder)
+                .map_or("an unknown founder".into(), Person::name);
+            push(
+                &c.name,
+                format!(
+                    "{name} is a {ind} company founded in {year} by {founder}. Its headquarters \
+                     are in {city}. The company grew quickly in its first decades.",
+                    name = c.name,
+                    ind = c.industry,
+                    year = c.founded,
+                    city = self.cities[c.city].name,
+                ),
+            );
+        }
+        for p in &self.people {
+            let employer = p.employer.map_or(String::new(), |e| {
+                format!(" {} worked for {}.", p.last, self.companies[e].name)
+            });
+            push(
+                &p.name(),
+                format!(
+                    "{name} (also {alias}) was a {occ} born in {year} in {city}.{employer} \
+                     {last} is remembered for work that influenced a generation.",
+                    name = p.name(),
+                    alias = p.aliases()[1],
+                    occ = p.occupation,
+                    year = p.born,
+                    city = self.cities[p.city].name,
+                    last = p.last,
+                ),
+            );
+        }
+        out
+    }
+
+    fn country_answers(&self, c: usize) -> Vec<String> {
+        let c = &self.countries[c];
+        vec![
+            c.name.clone(),
+            c.official.clone(),
+            format!("the {}", c.official),
+        ]
+    }
+
+    /// `count` questions for each dataset role, from `seed`: single-hop for the general roles,
+    /// bridge and comparison for the multi-hop ones.
+    pub fn questions(&self, seed: u64, count: usize) -> Vec<Question> {
+        let mut rng = Rng::new(seed ^ 0x5EA7_C400);
+        let mut out = Vec::new();
+        for source in GENERAL_SOURCES {
+            for i in 0..count {
+                let (question, golden) = self.single_hop(&mut rng);
+                out.push(Question {
+                    id: format!("{source}_{i}"),
+                    question,
+                    golden_answers: golden,
+                    data_source: source.to_string(),
+                    metadata: serde_json::json!({"hops": 1, "kind": "single"}),
+                });
+            }
+        }
+        for source in MULTI_HOP_SOURCES {
+            for i in 0..count {
+                let (question, golden, kind) = self.multi_hop(&mut rng);
+                out.push(Question {
+                    id: format!("{source}_{i}"),
+                    question,
+                    golden_answers: golden,
+                    data_source: source.to_string(),
+                    metadata: serde_json::json!({"hops": 2, "kind": kind}),
+                });
+            }
+        }
+        out
+    }
+
+    fn single_hop(&self, rng: &mut Rng) -> (String, Vec<String>) {
+        loop {
+            match rng.below(5) {
+                0 if !self.people.is_empty() => {
+                    let p = &self.people[rng.below(self.people.len())];
+                    return (
+                        format!("Where was {} born?", p.name()),
+                        vec![self.cities[p.city].name.clone()],
+                    );
+                }
+                1 if !self.people.is_empty() => {
+                    let p = &self.people[rng.below(self.people.len())];
+                    return (
+                        format!("In which year was {} born?", p.name()),
+                        vec![p.born.to_string()],
+                    );
+                }
+                2 if !self.companies.is_empty() => {
+                    let c = &self.companies[rng.below(self.companies.len())];
+                    if let Some(f) = self.people.get(c.founder) {
+                        return (format!("Who founded {}?", c.name), f.aliases());
+                    }
+                }
+                3 => {
+                    let c = &self.countries[rng.below(self.countries.len())];
+                    return (
+                        format!("What is the capital of {}?", c.name),
+                        vec![self.cities[c.capital].name.clone()],
+                    );
+                }
+                _ => {
+                    let c = rng.below(self.cities.len());
+                    return (
+                        format!("In which country is {}?", self.cities[c].name),
+                        self.country_answers(self.cities[c].country),
+                    );
+                }
+            }
+        }
+    }
+
+    fn multi_hop(&self, rng: &mut Rng) -> (String, Vec<String>, &'static str) {
+        loop {
+            match rng.below(3) {
+                0 if !self.people.is_empty() => {
+                    let p = &self.people[rng.below(self.people.len())];
+                    return (
+                        format!("In which country was {} born?", p.name()),
+                        self.country_answers(self.cities[p.city].country),
+                        "bridge",
+                    );
+                }
+                1 => {
+                    let with_employer: Vec<&Person> = self
+                        .people
+                        .iter()
+                        .filter(|p| p.employer.is_some())
+                        .take(4096)
+                        .collect();
+                    if with_employer.is_empty() {
+                        continue;
+                    }
+                    let p = with_employer[rng.below(with_employer.len())];
+                    let c = &self.companies[p.employer.unwrap_or(0)];
+                    if let Some(f) = self.people.get(c.founder) {
+                        return (
+                            format!("Who founded the company that {} worked for?", p.name()),
+                            f.aliases(),
+                            "bridge",
+                        );
+                    }
+                }
+                _ if self.people.len() >= 2 => {
+                    let a = rng.below(self.people.len());
+                    let b = rng.below(self.people.len());
+                    let (pa, pb) = (&self.people[a], &self.people[b]);
+                    if a == b || pa.born == pb.born {
+                        continue;
+                    }
+                    let older = if pa.born < pb.born { pa } else { pb };
+                    return (
+                        format!("Who was born first, {} or {}?", pa.name(), pb.name()),
+                        older.aliases(),
+                        "comparison",
+                    );
+                }
+                _ => continue,
+            }
+        }
+    }
+}
+
+/// Writes passages as `wiki-18.jsonl` (one `{"id","contents"}` object per line).
+pub fn write_corpus(path: &Path, passages: &[Passage]) -> Result<()> {
+    let file = std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
+    let mut w = BufWriter::new(file);
+    for p in passages {
+        serde_json::to_writer(&mut w, p)?;
+        w.write_all(b"\n")?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// Streams a `wiki-18.jsonl`-shaped corpus, calling `each` per passage (the real file has 21 M).
+pub fn read_corpus(path: &Path, mut each: impl FnMut(Passage) -> Result<()>) -> Result<usize> {
+    let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
+    let mut n = 0;
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("{}: line {}", path.display(), i + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let p: Passage = serde_json::from_str(&line).with_context(|| {
+            format!(
+                "{}: line {}: expected {{\"id\", \"contents\"}}",
+                path.display(),
+                i + 1
+            )
+        })?;
+        each(p)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Writes questions as FlashRAG jsonl.
+pub fn write_questions(path: &Path, questions: &[Question]) -> Result<()> {
+    let file = std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
+    let mut w = BufWriter::new(file);
+    for q in questions {
+        serde_json::to_writer(&mut w, q)?;
+        w.write_all(b"\n")?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads FlashRAG jsonl questions (`data_source` may be absent; pass it as `default_source`).
+pub fn read_questions(path: &Path, default_source: &str) -> Result<Vec<Question>> {
+    let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("{}: line {}", path.display(), i + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut q: Question = serde_json::from_str(&line).with_context(|| {
+            format!(
+                "{}: line {}: expected {{\"id\", \"question\", \"golden_answers\"}}",
+                path.display(),
+                i + 1
+            )
+        })?;
+        if q.golden_answers.is_empty() {
+            bail!(
+                "{}: line {}: golden_answers is empty",
+                path.display(),
+                i + 1
+            );
+        }
+        if q.data_source.is_empty() {
+            q.data_source = default_source.to_string();
+        }
+        out.push(q);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deterministic_and_shaped() {
+        let a = World::generate(7, 500);
+        let b = World::generate(7, 500);
+        assert_eq!(a.passages, b.passages);
+        assert_eq!(a.passages.len(), 500);
+        let p = &a.passages[0];
+        assert!(p.contents.starts_with('"'));
+        assert_eq!(
+            p.contents.lines().next().unwrap(),
+            format!("\"{}\"", p.title())
+        );
+        let qs = a.questions(1, 5);
+        assert_eq!(qs.len(), 5 * 7);
+        assert!(qs.iter().all(|q| !q.golden_answers.is_empty()));
+        let titles: HashSet<&str> = a.passages.iter().map(Passage::title).collect();
+        assert_eq!(titles.len(), a.passages.len(), "titles are unique");
+    }
+
+    #[test]
+    fn jsonl_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = World::generate(3, 50);
+        let corpus = dir.path().join("wiki-18.jsonl");
+        write_corpus(&corpus, &w.passages).unwrap();
+        let mut back = Vec::new();
+        read_corpus(&corpus, |p| {
+            back.push(p);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(back, w.passages);
+        let qs = w.questions(2, 3);
+        let qpath = dir.path().join("test.jsonl");
+        write_questions(&qpath, &qs).unwrap();
+        assert_eq!(read_questions(&qpath, "nq").unwrap(), qs);
+        // A FlashRAG row without data_source or metadata.
+        std::fs::write(
+            &qpath,
+            "{\"id\":\"1\",\"question\":\"q?\",\"golden_answers\":[\"a\"]}\n",
+        )
+        .unwrap();
+        let q = read_questions(&qpath, "popqa").unwrap();
+        assert_eq!(q[0].data_source, "popqa");
+        std::fs::write(&qpath, "{\"id\":\"1\",\"question\":\"q?\"}\n").unwrap();
+        let err = format!("{:#}", read_questions(&qpath, "nq").unwrap_err());
+        assert!(err.contains("line 1"), "{err}");
+    }
+}
