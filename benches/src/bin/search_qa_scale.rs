@@ -36,7 +36,13 @@ fn main() -> anyhow::Result<()> {
     // Query latency: entity names and full questions, one query per call, single thread.
     let questions = world.questions(7, per_source);
     let mut queries: Vec<String> = questions.iter().map(|q| q.question.clone()).collect();
-    queries.extend(world.passages.iter().step_by((n / 1000).max(1)).map(|p| p.title().to_string()));
+    queries.extend(
+        world
+            .passages
+            .iter()
+            .step_by((n / 1000).max(1))
+            .map(|p| p.title().to_string()),
+    );
     let mut lat = Vec::with_capacity(queries.len());
     for q in &queries {
         let t = Instant::now();
@@ -72,22 +78,50 @@ fn main() -> anyhow::Result<()> {
     let episodes_s = t.elapsed().as_secs_f64();
     let (mut single, mut multi) = ((0.0, 0usize), (0.0, 0usize));
     for (src, (em, k)) in &per {
-        let b = if GENERAL_SOURCES.contains(&src.as_str()) { &mut single } else { &mut multi };
+        let b = if GENERAL_SOURCES.contains(&src.as_str()) {
+            &mut single
+        } else {
+            &mut multi
+        };
         b.0 += em;
         b.1 += k;
     }
 
-    println!("Search QA at {n} passages ({:.0} MB of text), {threads} indexing thread(s)", bytes as f64 / 1e6);
+    println!(
+        "Search QA at {n} passages ({:.0} MB of text), {threads} indexing thread(s)",
+        bytes as f64 / 1e6
+    );
     println!("| measure | value |");
     println!("|---|---|");
     println!("| corpus generation | {gen_s:.1} s |");
-    println!("| BM25 index build | {build_s:.1} s ({:.0} passages/s), {:.0} MB on disk |", n as f64 / build_s, disk as f64 / 1e6);
-    println!("| query latency, top-3 ({} queries) | median {:.2} ms, p95 {:.2} ms, p99 {:.2} ms |", lat.len(), pct(0.5), pct(0.95), pct(0.99));
-    println!("| env steps with the expert | {:.0} steps/s |", steps as f64 / episodes_s);
+    println!(
+        "| BM25 index build | {build_s:.1} s ({:.0} passages/s), {:.0} MB on disk |",
+        n as f64 / build_s,
+        disk as f64 / 1e6
+    );
+    println!(
+        "| query latency, top-3 ({} queries) | median {:.2} ms, p95 {:.2} ms, p99 {:.2} ms |",
+        lat.len(),
+        pct(0.5),
+        pct(0.95),
+        pct(0.99)
+    );
+    println!(
+        "| env steps with the expert | {:.0} steps/s |",
+        steps as f64 / episodes_s
+    );
     for (src, (em, k)) in &per {
         println!("| expert EM, {src} | {:.3} ({k}) |", em / *k as f64);
     }
-    println!("| expert EM, single-hop (general) | {:.3} ({}) |", single.0 / single.1 as f64, single.1);
-    println!("| expert EM, multi-hop | {:.3} ({}) |", multi.0 / multi.1 as f64, multi.1);
+    println!(
+        "| expert EM, single-hop (general) | {:.3} ({}) |",
+        single.0 / single.1 as f64,
+        single.1
+    );
+    println!(
+        "| expert EM, multi-hop | {:.3} ({}) |",
+        multi.0 / multi.1 as f64,
+        multi.1
+    );
     Ok(())
 }

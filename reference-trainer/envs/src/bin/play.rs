@@ -62,15 +62,23 @@ fn parse() -> Result<Args> {
 fn main() -> Result<()> {
     let args = parse()?;
     if args.env != "search" {
-        bail!("environment {:?}: only `search` is implemented so far", args.env);
+        bail!(
+            "environment {:?}: only `search` is implemented so far",
+            args.env
+        );
     }
     let world = World::generate(args.seed, args.passages);
-    let folder = std::env::temp_dir().join(format!("t2po-play-search-{}-{}", args.seed, args.passages));
+    let folder =
+        std::env::temp_dir().join(format!("t2po-play-search-{}-{}", args.seed, args.passages));
     let index = match Bm25Index::open(&folder) {
         Ok(i) => i,
         Err(_) => {
             let _ = std::fs::remove_dir_all(&folder);
-            eprintln!("indexing {} passages into {} …", world.passages.len(), folder.display());
+            eprintln!(
+                "indexing {} passages into {} …",
+                world.passages.len(),
+                folder.display()
+            );
             Bm25Index::build(&folder, world.passages.clone(), 1, 128)?
         }
     };
@@ -85,7 +93,10 @@ fn main() -> Result<()> {
     let mut lines = stdin.lock().lines();
     loop {
         if args.prompt {
-            println!("----- prompt -----{}------------------", env.prompt(&history, 4));
+            println!(
+                "----- prompt -----{}------------------",
+                env.prompt(&history, 4)
+            );
         }
         let response = if args.expert {
             let r = expert.respond(last_obs.as_deref());
