@@ -13,6 +13,7 @@
 //! [`Env::step`] takes any projected action — invalid ones get the original's feedback and use a
 //! step; [`Env::prompt`] renders the verl-agent prompt with a memory window of the last `P` steps.
 
+pub mod alfworld;
 pub mod search_qa;
 
 /// What the environment shows after `reset` or a step.

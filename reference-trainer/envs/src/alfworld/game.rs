@@ -1,0 +1,690 @@
+//! ALFWorld games: a seeded generator of solvable games from room priors and the canContain
+//! table (spec §2.9), with train / valid_seen / valid_unseen splits (seen splits share floor
+//! plans, unseen ones use the held-out plans) and the valid_unseen task-type mix; and the loader
+//! for real game folders (`game.tw-pddl` + `traj_data.json`, spec §2.1) with a small
+//! s-expression parser, plus a writer of that format.
+
+use super::vocab::{self, Room};
+use super::world::{number_names, Object, PutGrammar, Receptacle, Task, TaskType, World};
+use crate::search_qa::corpus::Rng;
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// A dataset split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// `train` (3,553 games upstream).
+    Train,
+    /// `valid_seen` / `eval_in_distribution` (140).
+    ValidSeen,
+    /// `valid_unseen` / `eval_out_of_distribution` (134).
+    ValidUnseen,
+}
+
+impl Split {
+    /// The folder name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::ValidSeen => "valid_seen",
+            Split::ValidUnseen => "valid_unseen",
+        }
+    }
+}
+
+/// One game: its initial world (with the task) and where it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Game {
+    /// The initial state.
+    pub world: World,
+    /// `{task_type}-{Object}-None-{Recep}-{scene}` style name (the gamefile path for real games).
+    pub name: String,
+    /// The ALFRED floor plan number.
+    pub floor_plan: u32,
+}
+
+/// valid_unseen's task-type counts (pick, clean, heat, cool, look, pick_two), the generator's mix.
+const MIX: [(TaskType, u32); 6] = [
+    (TaskType::PickAndPlace, 24),
+    (TaskType::Clean, 31),
+    (TaskType::Heat, 23),
+    (TaskType::Cool, 21),
+    (TaskType::LookAtInLight, 18),
+    (TaskType::PickTwo, 17),
+];
+
+fn rooms_for(kind: TaskType) -> &'static [Room] {
+    match kind {
+        TaskType::PickAndPlace | TaskType::PickTwo => {
+            &[Room::Kitchen, Room::LivingRoom, Room::Bedroom, Room::Bathroom]
+        }
+        TaskType::LookAtInLight => &[Room::LivingRoom, Room::Bedroom],
+        TaskType::Clean => &[Room::Kitchen, Room::Bathroom],
+        TaskType::Heat | TaskType::Cool => &[Room::Kitchen],
+    }
+}
+
+/// Floor plans of a room type: seen (train + valid_seen) plans 7–30, unseen plans 1–6.
+fn floor_plans(room: Room, split: Split) -> Vec<u32> {
+    let base = match room {
+        Room::Kitchen => 0,
+        Room::LivingRoom => 200,
+        Room::Bedroom => 300,
+        Room::Bathroom => 400,
+    };
+    match split {
+        Split::ValidUnseen => (1..=6).map(|n| base + n).collect(),
+        _ => (7..=30).map(|n| base + n).collect(),
+    }
+}
+
+fn goal_sentence(kind: TaskType, obj: &str, recep: &str, toggle: &str, second: bool) -> String {
+    let (o, r, t) = (obj.to_lowercase(), recep.to_lowercase(), toggle.to_lowercase());
+    match (kind, second) {
+        (TaskType::PickAndPlace, false) => format!("put a {o} in {r}"),
+        (TaskType::PickAndPlace, true) => format!("put some {o} on {r}"),
+        (TaskType::Clean, false) => format!("put a clean {o} in {r}"),
+        (TaskType::Clean, true) => format!("clean some {o} and put it in {r}"),
+        (TaskType::Heat, false) => format!("put a hot {o} in {r}"),
+        (TaskType::Heat, true) => format!("heat some {o} and put it in {r}"),
+        (TaskType::Cool, false) => format!("put a cool {o} in {r}"),
+        (TaskType::Cool, true) => format!("cool some {o} and put it in {r}"),
+        (TaskType::PickTwo, false) => format!("put two {o} in {r}"),
+        (TaskType::PickTwo, true) => format!("find two {o} and put them in {r}"),
+        (TaskType::LookAtInLight, false) => format!("look at {o} under the {t}"),
+        (TaskType::LookAtInLight, true) => format!("examine the {o} with the {t}"),
+    }
+}
+
+fn coord(rng: &mut Rng) -> String {
+    let v = rng.below(1000) as f64 / 100.0 - 5.0;
+    format!("{}{:05.2}", if v < 0.0 { '-' } else { '+' }, v.abs())
+}
+
+fn entity_id(class: &str, rng: &mut Rng) -> String {
+    format!("{class}|{}|{}|{}", coord(rng), coord(rng), coord(rng))
+}
+
+fn new_object(id: String, class: &str, inside: Option<usize>) -> Object {
+    Object {
+        id,
+        class: class.to_string(),
+        name: String::new(),
+        inside,
+        pickupable: !vocab::TOGGLEABLE.contains(&class),
+        receptacle_object: vocab::RECEPTACLE_OBJECTS.contains(&class),
+        hot: false,
+        cool: false,
+        clean: false,
+        sliced: false,
+        toggled: false,
+        on: false,
+    }
+}
+
+/// Sorts entities by id and assigns `class N` names (numbering over receptacles and objects
+/// together, per class).
+fn finalize(receptacles: Vec<Receptacle>, mut objects: Vec<Object>) -> (Vec<Receptacle>, Vec<Object>) {
+    // Sort receptacles by id, remapping the objects' container indices.
+    let mut order: Vec<usize> = (0..receptacles.len()).collect();
+    order.sort_by(|&a, &b| receptacles[a].id.cmp(&receptacles[b].id));
+    let mut new_index = vec![0; receptacles.len()];
+    for (new, &old) in order.iter().enumerate() {
+        new_index[old] = new;
+    }
+    let mut sorted: Vec<Receptacle> = order.iter().map(|&i| receptacles[i].clone()).collect();
+    for o in objects.iter_mut() {
+        o.inside = o.inside.map(|r| new_index[r]);
+    }
+    objects.sort_by(|a, b| a.id.cmp(&b.id));
+    let ents: Vec<(String, String)> = sorted
+        .iter()
+        .map(|r| (r.id.clone(), r.class.clone()))
+        .chain(objects.iter().map(|o| (o.id.clone(), o.class.clone())))
+        .collect();
+    let names = number_names(&ents);
+    for (r, name) in sorted.iter_mut().zip(&names) {
+        r.name = name.clone();
+    }
+    for (o, name) in objects.iter_mut().zip(&names[sorted.len()..]) {
+        o.name = name.clone();
+    }
+    (sorted, objects)
+}
+
+/// Generates one solvable game of `split` from `seed`.
+pub fn generate(seed: u64, split: Split) -> Game {
+    let mut rng = Rng::new(seed ^ 0xA1F_0000);
+    let total: u32 = MIX.iter().map(|m| m.1).sum();
+    let mut pick = rng.below(total as usize) as u32;
+    let kind = MIX
+        .iter()
+        .find(|(_, w)| {
+            if pick < *w {
+                true
+            } else {
+                pick -= w;
+                false
+            }
+        })
+        .map_or(TaskType::PickAndPlace, |m| m.0);
+    loop {
+        if let Some(game) = try_generate(&mut rng, kind, split) {
+            return game;
+        }
+    }
+}
+
+fn try_generate(rng: &mut Rng, kind: TaskType, split: Split) -> Option<Game> {
+    let rooms = rooms_for(kind);
+    let room = rooms[rng.below(rooms.len())];
+    let plans = floor_plans(room, split);
+    let floor_plan = plans[rng.below(plans.len())];
+    // The layout is a function of the floor plan, as the ALFRED scenes are.
+    let mut layout = Rng::new(floor_plan as u64 * 7919);
+    let mut receptacles: Vec<Receptacle> = Vec::new();
+    let mut location = 1; // 0 is the start
+    for &(class, lo, hi) in vocab::room_receptacles(room) {
+        let n = lo as usize + layout.below((hi - lo) as usize + 1);
+        for k in 0..n {
+            // Stove burners come in pairs; some cabinets and drawers share a spot.
+            let shares = k % 2 == 1
+                && (class == "StoveBurner"
+                    || ((class == "Cabinet" || class == "Drawer") && layout.below(3) == 0));
+            if !shares {
+                location += 1;
+            }
+            receptacles.push(Receptacle {
+                id: entity_id(class, &mut layout),
+                class: class.to_string(),
+                name: String::new(),
+                location: location - 1,
+                openable: vocab::OPENABLE.contains(&class),
+                opened: false,
+            });
+        }
+    }
+    let classes: Vec<&str> = receptacles.iter().map(|r| r.class.as_str()).collect();
+    let holders = |obj: &str| -> Vec<usize> {
+        (0..receptacles.len()).filter(|&r| vocab::contains(&receptacles[r].class, obj)).collect()
+    };
+    // Task parameters.
+    let objects_here = vocab::room_objects(room);
+    let property_ok = |o: &str| match kind {
+        TaskType::Clean => vocab::CLEANABLE.contains(&o),
+        TaskType::Heat => vocab::HEATABLE.contains(&o),
+        TaskType::Cool => vocab::COOLABLE.contains(&o),
+        _ => true,
+    };
+    let candidates: Vec<&str> = objects_here.iter().copied().filter(|o| property_ok(o)).collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    let obj = candidates[rng.below(candidates.len())];
+    let appliance = match kind {
+        TaskType::Heat => Some("Microwave"),
+        TaskType::Cool => Some("Fridge"),
+        TaskType::Clean => Some("SinkBasin"),
+        _ => None,
+    };
+    if appliance.is_some_and(|a| !classes.contains(&a)) {
+        return None;
+    }
+    let (recep, toggle) = if kind == TaskType::LookAtInLight {
+        (String::new(), if rng.below(2) == 0 { "DeskLamp" } else { "FloorLamp" }.to_string())
+    } else {
+        let mut targets: Vec<&str> = classes
+            .iter()
+            .copied()
+            .filter(|c| vocab::contains(c, obj) && Some(*c) != appliance)
+            .collect();
+        targets.sort_unstable();
+        targets.dedup();
+        if targets.is_empty() {
+            return None;
+        }
+        (targets[rng.below(targets.len())].to_string(), String::new())
+    };
+    // Where target instances may start: a holder that is not of the target class.
+    let starts: Vec<usize> = holders(obj).into_iter().filter(|&r| receptacles[r].class != recep).collect();
+    if starts.is_empty() {
+        return None;
+    }
+    let mut objects: Vec<Object> = Vec::new();
+    let n_targets = if kind == TaskType::PickTwo { 2 + rng.below(2) } else { 1 + rng.below(2) };
+    for _ in 0..n_targets {
+        let r = starts[rng.below(starts.len())];
+        objects.push(new_object(entity_id(obj, rng), obj, Some(r)));
+    }
+    if kind == TaskType::LookAtInLight {
+        let lamp_spots: Vec<usize> = (0..receptacles.len())
+            .filter(|&r| ["SideTable", "Desk", "Dresser", "CoffeeTable", "Shelf"].contains(&receptacles[r].class.as_str()))
+            .collect();
+        if lamp_spots.is_empty() {
+            return None;
+        }
+        let r = lamp_spots[rng.below(lamp_spots.len())];
+        objects.push(new_object(entity_id(&toggle, rng), &toggle, Some(r)));
+    }
+    // Distractors: other small objects of the room, where they can be.
+    let n_distractors = 6 + rng.below(9);
+    for _ in 0..n_distractors {
+        let class = objects_here[rng.below(objects_here.len())];
+        // Keep the target count exact for pick-two and single-target tasks alike.
+        if class == obj {
+            continue;
+        }
+        let hs = holders(class);
+        if hs.is_empty() {
+            continue;
+        }
+        let r = hs[rng.below(hs.len())];
+        objects.push(new_object(entity_id(class, rng), class, Some(r)));
+    }
+    let goal = goal_sentence(kind, obj, &recep, &toggle, rng.below(2) == 1);
+    let (receptacles, objects) = finalize(receptacles, objects);
+    let agent = 0;
+    let name = format!(
+        "{}-{}-None-{}-{}",
+        kind.as_str(),
+        obj,
+        if recep.is_empty() { toggle.as_str() } else { recep.as_str() },
+        floor_plan
+    );
+    Some(Game {
+        world: World {
+            receptacles,
+            objects,
+            agent,
+            start_location: agent,
+            held: None,
+            put_grammar: PutGrammar::Move,
+            has_help: true,
+            arrive_at_loc: false,
+            task: Task {
+                kind,
+                object: obj.to_string(),
+                receptacle: recep,
+                toggle,
+                goal,
+            },
+        },
+        name,
+        floor_plan,
+    })
+}
+
+/// `count` games of a split from `seed` (game `i` uses seed `seed·1_000_003 + i`).
+pub fn generate_split(split: Split, count: usize, seed: u64) -> Vec<Game> {
+    (0..count)
+        .map(|i| generate(seed.wrapping_mul(1_000_003).wrapping_add(i as u64), split))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real game files.
+
+/// An s-expression: an atom or a list.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Sexp {
+    /// A symbol or keyword.
+    Atom(String),
+    /// A parenthesised list.
+    List(Vec<Sexp>),
+}
+
+impl Sexp {
+    fn atom(&self) -> Option<&str> {
+        match self {
+            Sexp::Atom(a) => Some(a),
+            Sexp::List(_) => None,
+        }
+    }
+    fn list(&self) -> Option<&[Sexp]> {
+        match self {
+            Sexp::List(l) => Some(l),
+            Sexp::Atom(_) => None,
+        }
+    }
+}
+
+/// Parses one s-expression (PDDL; `;` comments skipped). Errors name the byte offset.
+pub fn parse_sexp(text: &str) -> Result<Sexp> {
+    let bytes = text.as_bytes();
+    let mut stack: Vec<Vec<Sexp>> = Vec::new();
+    let mut i = 0;
+    let mut done: Option<Sexp> = None;
+    while i < bytes.len() {
+        let c = bytes[i];
+        match c {
+            b';' => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'(' => stack.push(Vec::new()),
+            b')' => {
+                let list = stack.pop().ok_or_else(|| anyhow!("unbalanced ')' at byte {i}"))?;
+                match stack.last_mut() {
+                    Some(parent) => parent.push(Sexp::List(list)),
+                    None => {
+                        if done.is_some() {
+                            bail!("a second expression at byte {i}");
+                        }
+                        done = Some(Sexp::List(list));
+                    }
+                }
+            }
+            c if c.is_ascii_whitespace() => {}
+            _ => {
+                let start = i;
+                while i < bytes.len() && !bytes[i].is_ascii_whitespace() && bytes[i] != b'(' && bytes[i] != b')' {
+                    i += 1;
+                }
+                let atom = Sexp::Atom(text[start..i].to_string());
+                match stack.last_mut() {
+                    Some(parent) => parent.push(atom),
+                    None => bail!("an atom outside any list at byte {start}"),
+                }
+                continue;
+            }
+        }
+        i += 1;
+    }
+    if !stack.is_empty() {
+        bail!("{} unclosed '(' at the end", stack.len());
+    }
+    done.ok_or_else(|| anyhow!("no expression"))
+}
+
+/// `Apple_bar__minus_01_dot_75` → `Apple|-01.75`.
+pub fn unmangle(id: &str) -> String {
+    id.replace("_bar_", "|")
+        .replace("_minus_", "-")
+        .replace("_plus_", "+")
+        .replace("_dot_", ".")
+        .replace("_comma_", ",")
+}
+
+/// `Apple|-01.75` → `Apple_bar__minus_01_dot_75`.
+pub fn mangle(id: &str) -> String {
+    id.replace('|', "_bar_")
+        .replace('-', "_minus_")
+        .replace('+', "_plus_")
+        .replace('.', "_dot_")
+        .replace(',', "_comma_")
+}
+
+fn find_section<'a>(define: &'a [Sexp], key: &str) -> Option<&'a [Sexp]> {
+    define.iter().filter_map(Sexp::list).find(|l| l.first().and_then(Sexp::atom) == Some(key))
+}
+
+/// Loads one game folder (`game.tw-pddl` + `traj_data.json`). `Ok(None)` when the original's
+/// filters drop it (`movable`/`Sliced` in the path, a task type outside the six, unsolvable).
+pub fn load_game_dir(dir: &Path) -> Result<Option<Game>> {
+    let path_text = dir.display().to_string();
+    if path_text.contains("movable") || path_text.contains("Sliced") {
+        return Ok(None);
+    }
+    let tw_path = dir.join("game.tw-pddl");
+    let traj_path = dir.join("traj_data.json");
+    let tw: Value = serde_json::from_str(
+        &std::fs::read_to_string(&tw_path).with_context(|| format!("read {}", tw_path.display()))?,
+    )
+    .with_context(|| format!("{}: not JSON", tw_path.display()))?;
+    let traj: Value = serde_json::from_str(
+        &std::fs::read_to_string(&traj_path).with_context(|| format!("read {}", traj_path.display()))?,
+    )
+    .with_context(|| format!("{}: not JSON", traj_path.display()))?;
+    if tw.get("solvable").and_then(Value::as_bool) != Some(true) {
+        return Ok(None);
+    }
+    let Some(kind) = traj.get("task_type").and_then(Value::as_str).and_then(TaskType::parse) else {
+        return Ok(None);
+    };
+    let problem = tw
+        .get("pddl_problem")
+        .and_then(Value::as_str)
+        .ok_or_else(|| anyhow!("{}: no \"pddl_problem\" string", tw_path.display()))?;
+    let grammar = tw.get("grammar").and_then(Value::as_str).unwrap_or("");
+    let sexp = parse_sexp(problem).with_context(|| format!("{}: pddl_problem", tw_path.display()))?;
+    let define = sexp.list().ok_or_else(|| anyhow!("pddl_problem is not a (define …) list"))?;
+    let init = find_section(define, ":init").ok_or_else(|| anyhow!("{}: no :init", tw_path.display()))?;
+    let params = traj.get("pddl_params").cloned().unwrap_or(Value::Null);
+    let param = |k: &str| params.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let world = world_from_facts(init, grammar, kind, &param("object_target"), &param("parent_target"), &param("toggle_target"))
+        .with_context(|| format!("{}", tw_path.display()))?;
+    let floor_plan = traj
+        .get("scene")
+        .and_then(|s| s.get("floor_plan"))
+        .and_then(Value::as_str)
+        .and_then(|f| f.trim_start_matches("FloorPlan").parse().ok())
+        .unwrap_or(0);
+    Ok(Some(Game {
+        world,
+        name: dir.file_name().map_or(path_text.clone(), |n| n.to_string_lossy().to_string()),
+        floor_plan,
+    }))
+}
+
+/// Finds every game folder under `root` (recursively) and loads the ones the filters keep.
+pub fn load_split(root: &Path) -> Result<Vec<Game>> {
+    let mut games = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    let mut dirs = Vec::new();
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).with_context(|| format!("read {}", d.display()))?;
+        for e in entries {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|n| n == "game.tw-pddl") {
+                dirs.push(d.clone());
+            }
+        }
+    }
+    dirs.sort();
+    for d in dirs {
+        if let Some(g) = load_game_dir(&d)? {
+            games.push(g);
+        }
+    }
+    Ok(games)
+}
+
+fn world_from_facts(init: &[Sexp], grammar: &str, kind: TaskType, object: &str, recep: &str, toggle: &str) -> Result<World> {
+    let mut rtype: BTreeMap<String, String> = BTreeMap::new();
+    let mut otype: BTreeMap<String, String> = BTreeMap::new();
+    let mut r_loc: HashMap<String, String> = HashMap::new();
+    let mut inside: HashMap<String, String> = HashMap::new();
+    let mut flags: HashMap<&str, Vec<String>> = HashMap::new();
+    let mut agent_loc = String::new();
+    for fact in init {
+        let Some(items) = fact.list() else { continue };
+        let words: Vec<&str> = items.iter().filter_map(Sexp::atom).collect();
+        match words.as_slice() {
+            ["receptacleType", r, t] => {
+                rtype.insert(r.to_string(), t.trim_end_matches("Type").to_string());
+            }
+            ["objectType", o, t] => {
+                otype.insert(o.to_string(), t.trim_end_matches("Type").to_string());
+            }
+            ["receptacleAtLocation", r, l] => {
+                r_loc.insert(r.to_string(), l.to_string());
+            }
+            ["inReceptacle", o, r] => {
+                inside.insert(o.to_string(), r.to_string());
+            }
+            ["atLocation", "agent1", l] => agent_loc = l.to_string(),
+            [flag @ ("openable" | "opened" | "pickupable" | "isReceptacleObject" | "isOn" | "isToggled" | "isHot" | "isCool" | "isClean" | "isSliced"), x] => {
+                let key: &str = flag;
+                flags.entry(key).or_default().push(x.to_string());
+            }
+            _ => {}
+        }
+    }
+    let has = |flag: &str, x: &str| flags.get(flag).is_some_and(|v| v.iter().any(|y| y == x));
+    // Receptacles are entities with a receptacle type and no object type.
+    let rec_ids: Vec<&String> = rtype.keys().filter(|r| !otype.contains_key(*r)).collect();
+    if rec_ids.is_empty() {
+        bail!("no receptacle in :init");
+    }
+    let mut locations: BTreeMap<&str, usize> = BTreeMap::new();
+    locations.insert(agent_loc.as_str(), 0);
+    let mut receptacles = Vec::new();
+    let mut rec_index: HashMap<&str, usize> = HashMap::new();
+    for r in &rec_ids {
+        let loc = r_loc.get(*r).ok_or_else(|| anyhow!("receptacle {r} has no receptacleAtLocation"))?;
+        let next = locations.len();
+        let l = *locations.entry(loc.as_str()).or_insert(next);
+        rec_index.insert(r.as_str(), receptacles.len());
+        let class = rtype[*r].clone();
+        receptacles.push(Receptacle {
+            id: unmangle(r),
+            openable: has("openable", r),
+            opened: has("opened", r),
+            class,
+            name: String::new(),
+            location: l,
+        });
+    }
+    let mut objects = Vec::new();
+    for (o, class) in &otype {
+        // An object inside a receptacle object sits, for us, in that object's receptacle.
+        let mut container = inside.get(o);
+        let mut hops = 0;
+        while let Some(c) = container {
+            if rec_index.contains_key(c.as_str()) || hops > 4 {
+                break;
+            }
+            container = inside.get(c);
+            hops += 1;
+        }
+        let mut obj = new_object(unmangle(o), class, container.and_then(|c| rec_index.get(c.as_str()).copied()));
+        obj.pickupable = has("pickupable", o);
+        obj.receptacle_object = has("isReceptacleObject", o);
+        obj.on = has("isOn", o);
+        obj.toggled = has("isToggled", o);
+        obj.hot = has("isHot", o);
+        obj.cool = has("isCool", o);
+        obj.clean = has("isClean", o);
+        obj.sliced = has("isSliced", o);
+        // Objects outside every receptacle (a floor lamp on the floor) cannot be reached here.
+        if obj.inside.is_some() {
+            objects.push(obj);
+        }
+    }
+    let (receptacles, objects) = finalize(receptacles, objects);
+    let agent = 0;
+    let all_classes: Vec<&String> = rtype.values().chain(otype.values()).collect();
+    let camel = |lower: &str| -> String {
+        all_classes
+            .iter()
+            .find(|c| c.eq_ignore_ascii_case(lower))
+            .map_or_else(|| lower.to_string(), |c| c.to_string())
+    };
+    let (object_c, recep_c, toggle_c) = (camel(object), camel(recep), camel(toggle));
+    let goal = grammar_goal(grammar).unwrap_or_else(|| goal_sentence(kind, &object_c, &recep_c, &toggle_c, false));
+    Ok(World {
+        receptacles,
+        objects,
+        agent,
+        start_location: agent,
+        held: None,
+        put_grammar: if grammar.contains("in/on") && !grammar.contains("You move the") {
+            PutGrammar::PutInOn
+        } else {
+            PutGrammar::Move
+        },
+        has_help: grammar.contains("Available commands") || !grammar.contains("in/on"),
+        arrive_at_loc: grammar.contains("You arrive at loc"),
+        task: Task {
+            kind,
+            object: object_c,
+            receptacle: recep_c,
+            toggle: toggle_c,
+            goal,
+        },
+    })
+}
+
+/// The task sentence baked into a game's grammar (`Your task is to: …`).
+fn grammar_goal(grammar: &str) -> Option<String> {
+    let i = grammar.find("Your task is to: ")? + "Your task is to: ".len();
+    let rest = &grammar[i..];
+    let end = rest.find(['"', '\n', '#']).unwrap_or(rest.len());
+    let goal = rest[..end].trim().trim_end_matches('.').trim();
+    (!goal.is_empty()).then(|| goal.to_string())
+}
+
+/// Writes a game in the real format: `game.tw-pddl` (a pddl_problem with mangled ids and the
+/// goal sentence in the grammar) and `traj_data.json` (task_type, pddl_params, scene).
+pub fn write_game_dir(game: &Game, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let w = &game.world;
+    let loc = |l: usize| if l == w.start_location { "loc_start".to_string() } else { format!("loc_bar_{l}") };
+    let mut objects = Vec::new();
+    let mut init = vec!["(atLocation agent1 loc_start)".to_string()];
+    for r in &w.receptacles {
+        let id = mangle(&r.id);
+        objects.push(format!("{id} - receptacle"));
+        init.push(format!("(receptacleType {id} {}Type)", r.class));
+        init.push(format!("(receptacleAtLocation {id} {})", loc(r.location)));
+        if r.openable {
+            init.push(format!("(openable {id})"));
+        }
+        if r.opened {
+            init.push(format!("(opened {id})"));
+        }
+    }
+    for o in &w.objects {
+        let id = mangle(&o.id);
+        objects.push(format!("{id} - object"));
+        init.push(format!("(objectType {id} {}Type)", o.class));
+        if let Some(r) = o.inside {
+            init.push(format!("(inReceptacle {id} {})", mangle(&w.receptacles[r].id)));
+            init.push(format!("(objectAtLocation {id} {})", loc(w.receptacles[r].location)));
+        }
+        for (flag, on) in [
+            ("pickupable", o.pickupable),
+            ("isReceptacleObject", o.receptacle_object),
+            ("isOn", o.on),
+            ("isHot", o.hot),
+            ("isCool", o.cool),
+            ("isClean", o.clean),
+        ] {
+            if on {
+                init.push(format!("({flag} {id})"));
+            }
+        }
+    }
+    let problem = format!(
+        "(define (problem plan_trial)\n  (:domain alfred)\n  (:objects\n    agent1 - agent\n    {}\n  )\n  (:init\n    {}\n  )\n  (:goal (and))\n)\n",
+        objects.join("\n    "),
+        init.join("\n    ")
+    );
+    let grammar = format!(
+        "{{\"intro\": \"-= Welcome to TextWorld, ALFRED! =-\\n\\n#look.feedback#\\n\\nYour task is to: {}.\", \"put\": \"{}\", \"help\": \"Available commands\"}}",
+        w.task.goal,
+        if w.put_grammar == PutGrammar::Move { "You move the {o} to the {r}." } else { "You put the {o} in/on the {r}." }
+    );
+    let tw = json!({"pddl_domain": "", "grammar": grammar, "pddl_problem": problem, "solvable": true});
+    std::fs::write(dir.join("game.tw-pddl"), serde_json::to_string_pretty(&tw)?)?;
+    let traj = json!({
+        "task_type": w.task.kind.as_str(),
+        "pddl_params": {
+            "object_target": w.task.object,
+            "parent_target": w.task.receptacle,
+            "toggle_target": w.task.toggle,
+            "mrecep_target": "",
+            "object_sliced": false
+        },
+        "scene": {"floor_plan": format!("FloorPlan{}", game.floor_plan)},
+        "turk_annotations": {"anns": [{"task_desc": w.task.goal}]}
+    });
+    std::fs::write(dir.join("traj_data.json"), serde_json::to_string_pretty(&traj)?)?;
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! ALFWorld in text mode (TextWorld `AlfredTWEnv`), spec §2: the typed world, exact feedback and
+//! admissible commands, a solvable game generator, the real-game loader, the expert, and the
+//! verl-agent wrapper (prompt templates, projection, 50 steps, reward 10·won).
+
+pub mod expert;
+pub mod game;
+pub mod vocab;
+pub mod world;
+
+use crate::{Env, HistoryEntry, Info, Observation, Projected, Transition};
+use game::Game;
+use world::World;
+
+const HEAD: &str = "\nYou are an expert agent operating in the ALFRED Embodied Environment.";
+const TAIL: &str = "\n\nNow it's your turn to take an action.\nYou should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags. \nOnce you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.\n";
+
+/// The admissible block of the prompt: each command in single quotes, joined by `"\n "`, `help`
+/// removed (verl-agent).
+pub fn admissible_block(admissible: &[String]) -> String {
+    admissible
+        .iter()
+        .filter(|a| a.as_str() != "help")
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join("\n ")
+}
+
+/// The verl-agent ALFWorld prompt (no-history template at the first step).
+pub fn prompt(task: &str, observation: &str, admissible: &[String], history: &[HistoryEntry], history_length: usize) -> String {
+    let block = admissible_block(admissible);
+    if history.is_empty() || history_length == 0 {
+        return format!(
+            "{HEAD}\nYour current observation is: {observation}\nYour admissible actions of the current situation are: [{block}].{TAIL}"
+        );
+    }
+    let start = history.len().saturating_sub(history_length);
+    let lines: Vec<String> = history[start..]
+        .iter()
+        .enumerate()
+        .map(|(k, h)| {
+            let n = start + k + 1;
+            format!("[Observation {n}: '{}', Action {n}: '{}']", h.observation, h.action)
+        })
+        .collect();
+    format!(
+        "{HEAD} Your task is to: {task}\nPrior to this step, you have already taken {} step(s). Below are the most recent {} observations and the corresponding actions you took: {}\nYou are now at step {} and your current observation is: {observation}\nYour admissible actions of the current situation are: [{block}].{TAIL}",
+        history.len(),
+        lines.len(),
+        lines.join("\n"),
+        history.len() + 1
+    )
+}
+
+fn has_cjk(s: &str) -> bool {
+    s.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c))
+}
+
+/// verl-agent's ALFWorld projection: lowercase the response, take the text between `<action>`
+/// and `</action>`; without the tags send the last 30 characters, invalid. Also invalid without
+/// `<think>…</think>` or with CJK characters.
+pub fn project(response: &str) -> Projected {
+    let lower = response.to_lowercase();
+    let (start, end) = (lower.find("<action>"), lower.find("</action>"));
+    let (action, mut valid) = match (start, end) {
+        (Some(s), Some(e)) if s + "<action>".len() <= e => (lower[s + "<action>".len()..e].trim().to_string(), true),
+        _ => {
+            let chars: Vec<char> = lower.chars().collect();
+            (chars[chars.len().saturating_sub(30)..].iter().collect(), false)
+        }
+    };
+    if !(lower.contains("<think>") && lower.contains("</think>")) || has_cjk(&lower) {
+        valid = false;
+    }
+    Projected { action, valid }
+}
+
+/// The ALFWorld environment over a list of games.
+pub struct AlfworldEnv {
+    games: Vec<Game>,
+    world: World,
+    current: usize,
+    steps: usize,
+    /// Steps per episode (50).
+    pub max_steps: usize,
+    done: bool,
+    observation: String,
+}
+
+impl AlfworldEnv {
+    /// An environment over `games` (non-empty).
+    pub fn new(games: Vec<Game>) -> anyhow::Result<Self> {
+        anyhow::ensure!(!games.is_empty(), "ALFWorld needs at least one game");
+        let world = games[0].world.clone();
+        Ok(Self {
+            games,
+            world,
+            current: 0,
+            steps: 0,
+            max_steps: 50,
+            done: false,
+            observation: String::new(),
+        })
+    }
+
+    /// The current world state.
+    pub fn world(&self) -> &World {
+        &self.world
+    }
+
+    /// The current game.
+    pub fn game(&self) -> &Game {
+        &self.games[self.current]
+    }
+
+    /// Steps taken in this episode.
+    pub fn steps(&self) -> usize {
+        self.steps
+    }
+}
+
+impl Env for AlfworldEnv {
+    fn num_tasks(&self) -> usize {
+        self.games.len()
+    }
+
+    fn reset(&mut self, index: usize) -> Observation {
+        self.current = index % self.games.len();
+        self.world = self.games[self.current].world.clone();
+        self.steps = 0;
+        self.done = false;
+        self.observation = self.world.intro();
+        Observation {
+            text: self.observation.clone(),
+            admissible: self.world.admissible(),
+        }
+    }
+
+    fn task(&self) -> &str {
+        &self.world.task.goal
+    }
+
+    fn anchor(&self) -> &str {
+        &self.observation
+    }
+
+    fn project(&self, response: &str) -> Projected {
+        project(response)
+    }
+
+    fn step(&mut self, action: &Projected) -> Transition {
+        let source = self.world.task.kind.as_str().to_string();
+        if self.done {
+            return Transition {
+                observation: Observation { text: String::new(), admissible: Vec::new() },
+                reward: 0.0,
+                done: true,
+                info: Info { source, ..Info::default() },
+            };
+        }
+        self.steps += 1;
+        self.observation = self.world.execute(&action.action);
+        let won = self.world.won();
+        self.done = won || self.steps >= self.max_steps;
+        Transition {
+            observation: Observation {
+                text: self.observation.clone(),
+                admissible: self.world.admissible(),
+            },
+            reward: if won { 10.0 } else { 0.0 },
+            done: self.done,
+            info: Info {
+                won,
+                score: if won { 1.0 } else { 0.0 },
+                source,
+            },
+        }
+    }
+
+    fn prompt(&self, history: &[HistoryEntry], history_length: usize) -> String {
+        prompt(self.task(), &self.observation, &self.world.admissible(), history, history_length)
+    }
+}
