@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 use t2po_envs::alfworld::expert::AlfworldExpert;
-use t2po_envs::alfworld::game::{generate_split, load_game_dir, load_split, write_game_dir, Game, Split};
+use t2po_envs::alfworld::game::{
+    generate_split, load_game_dir, load_split, write_game_dir, Game, Split,
+};
 use t2po_envs::alfworld::world::TaskType;
 use t2po_envs::alfworld::AlfworldEnv;
 use t2po_envs::{Env, HistoryEntry};
@@ -22,14 +24,17 @@ fn play_all(games: Vec<Game>) -> (BTreeMap<TaskType, (usize, usize)>, usize, Vec
         let mut obs = first.text.clone();
         let mut adm = first.admissible.clone();
         let mut history: Vec<HistoryEntry> = Vec::new();
-        let mut won = false;
+        let won;
         loop {
             let response = expert.respond(&obs, &adm);
             let action = env.project(&response);
             assert!(action.valid, "{response}");
             let t = env.step(&action);
             steps += 1;
-            history.push(HistoryEntry { observation: obs.clone(), action: action.action.clone() });
+            history.push(HistoryEntry {
+                observation: obs.clone(),
+                action: action.action.clone(),
+            });
             obs = t.observation.text;
             adm = t.observation.admissible;
             if t.done {
@@ -43,7 +48,12 @@ fn play_all(games: Vec<Game>) -> (BTreeMap<TaskType, (usize, usize)>, usize, Vec
         if won {
             e.0 += 1;
         } else {
-            failures.push(format!("{} ({} steps): {}", env.game().name, env.steps(), task.goal));
+            failures.push(format!(
+                "{} ({} steps): {}",
+                env.game().name,
+                env.steps(),
+                task.goal
+            ));
         }
     }
     (per, steps, failures)
@@ -51,21 +61,526 @@ fn play_all(games: Vec<Game>) -> (BTreeMap<TaskType, (usize, usize)>, usize, Vec
 
 #[test]
 fn expert_solves_generated_games_per_task_type() {
-    for (split, n) in [(Split::Train, 600), (Split::ValidSeen, 140), (Split::ValidUnseen, 134)] {
+    for (split, n) in [
+        (Split::Train, 1500),
+        (Split::ValidSeen, 140),
+        (Split::ValidUnseen, 134),
+    ] {
         let start = std::time::Instant::now();
         let (per, steps, failures) = play_all(generate_split(split, n, 17));
         let secs = start.elapsed().as_secs_f64();
         for (kind, (ok, total)) in &per {
             let rate = *ok as f64 / *total as f64;
-            println!("{} {}: {ok}/{total} = {rate:.3}", split.as_str(), kind.as_str());
+            println!(
+                "{} {}: {ok}/{total} = {rate:.3}",
+                split.as_str(),
+                kind.as_str()
+            );
         }
-        println!("{}: {steps} env steps in {secs:.2} s ({:.0} steps/s, expert included)", split.as_str(), steps as f64 / secs);
+        println!(
+            "{}: {steps} env steps in {secs:.2} s ({:.0} steps/s, expert included)",
+            split.as_str(),
+            steps as f64 / secs
+        );
         for f in failures.iter().take(5) {
             println!("  failed: {f}");
         }
         for (kind, (ok, total)) in &per {
-            assert!(*ok as f64 / *total as f64 >= 0.99, "{} {}: {ok}/{total}", split.as_str(), kind.as_str());
+            assert!(
+                *ok as f64 / *total as f64 >= 0.99,
+                "{} {}: {ok}/{total}",
+                split.as_str(),
+                kind.as_str()
+            );
         }
-        assert_eq!(per.len(), 6, "every task type appears in {}", split.as_str());
+        assert_eq!(
+            per.len(),
+            6,
+            "every task type appears in {}",
+            split.as_str()
+        );
     }
+}
+
+/// A hand-written game in the real format: 11 cabinets (for "cabinet 10" < "cabinet 2"),
+/// co-located stove burners, every appliance, a lamp, a receptacle object.
+fn write_fixture(dir: &std::path::Path, grammar_put: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut objects = vec!["agent1 - agent".to_string()];
+    let mut init = vec!["(atLocation agent1 loc_bar_0_bar_0_bar_0_bar_0)".to_string()];
+    let rec = |id: &str,
+               class: &str,
+               loc: &str,
+               openable: bool,
+               objects: &mut Vec<String>,
+               init: &mut Vec<String>| {
+        objects.push(format!("{id} - receptacle"));
+        init.push(format!("(receptacleType {id} {class}Type)"));
+        init.push(format!("(receptacleAtLocation {id} {loc})"));
+        if openable {
+            init.push(format!("(openable {id})"));
+        }
+    };
+    for k in 0..11 {
+        let id =
+            format!("Cabinet_bar__plus_{k:02}_dot_00_bar__plus_00_dot_50_bar__minus_02_dot_00");
+        rec(
+            &id,
+            "Cabinet",
+            &format!("loc_bar_cab{k}"),
+            true,
+            &mut objects,
+            &mut init,
+        );
+    }
+    rec(
+        "CounterTop_bar__plus_00_dot_10",
+        "CounterTop",
+        "loc_bar_ct",
+        false,
+        &mut objects,
+        &mut init,
+    );
+    rec(
+        "Microwave_bar__plus_00_dot_20",
+        "Microwave",
+        "loc_bar_mw",
+        true,
+        &mut objects,
+        &mut init,
+    );
+    rec(
+        "Fridge_bar__plus_00_dot_30",
+        "Fridge",
+        "loc_bar_fr",
+        true,
+        &mut objects,
+        &mut init,
+    );
+    rec(
+        "SinkBasin_bar__plus_00_dot_40",
+        "SinkBasin",
+        "loc_bar_sb",
+        false,
+        &mut objects,
+        &mut init,
+    );
+    rec(
+        "SideTable_bar__plus_00_dot_50",
+        "SideTable",
+        "loc_bar_st",
+        false,
+        &mut objects,
+        &mut init,
+    );
+    rec(
+        "StoveBurner_bar__plus_01_dot_00",
+        "StoveBurner",
+        "loc_bar_stove",
+        false,
+        &mut objects,
+        &mut init,
+    );
+    rec(
+        "StoveBurner_bar__plus_02_dot_00",
+        "StoveBurner",
+        "loc_bar_stove",
+        false,
+        &mut objects,
+        &mut init,
+    );
+    let mut obj = |id: &str, class: &str, r: &str, extra: &[&str]| {
+        objects.push(format!("{id} - object"));
+        init.push(format!("(objectType {id} {class}Type)"));
+        init.push(format!("(inReceptacle {id} {r})"));
+        for f in extra {
+            init.push(format!("({f} {id})"));
+        }
+    };
+    obj(
+        "Apple_bar__minus_00_dot_47",
+        "Apple",
+        "CounterTop_bar__plus_00_dot_10",
+        &["pickupable", "heatable", "coolable"],
+    );
+    obj(
+        "Knife_bar__plus_00_dot_11",
+        "Knife",
+        "CounterTop_bar__plus_00_dot_10",
+        &["pickupable"],
+    );
+    obj(
+        "Mug_bar__plus_00_dot_12",
+        "Mug",
+        "Cabinet_bar__plus_05_dot_00_bar__plus_00_dot_50_bar__minus_02_dot_00",
+        &["pickupable", "isReceptacleObject"],
+    );
+    obj(
+        "Egg_bar__plus_00_dot_13",
+        "Egg",
+        "Fridge_bar__plus_00_dot_30",
+        &["pickupable"],
+    );
+    obj(
+        "DeskLamp_bar__plus_00_dot_14",
+        "DeskLamp",
+        "SideTable_bar__plus_00_dot_50",
+        &["toggleable"],
+    );
+    obj(
+        "Pan_bar__plus_00_dot_15",
+        "Pan",
+        "StoveBurner_bar__plus_02_dot_00",
+        &["pickupable", "isReceptacleObject"],
+    );
+    init.push("(canContain SideTableType AppleType)".into());
+    let problem = format!(
+        "(define (problem plan_trial_0)\n ; a comment\n (:domain alfred)\n (:objects {} )\n (:init {} )\n (:goal (exists (?r - receptacle) (and (inReceptacle ?o ?r))))\n)",
+        objects.join(" "),
+        init.join("\n  ")
+    );
+    let grammar = format!(
+        "{{\"intro\": \"-= Welcome to TextWorld, ALFRED! =-\\n\\n#look.feedback#\\n\\nYour task is to: put a cool apple in sidetable.\", \"put\": \"{grammar_put}\"}}"
+    );
+    let tw = serde_json::json!({"pddl_domain": "(define (domain alfred))", "grammar": grammar, "pddl_problem": problem, "solvable": true});
+    std::fs::write(dir.join("game.tw-pddl"), tw.to_string()).unwrap();
+    let traj = serde_json::json!({
+        "task_type": "pick_cool_then_place_in_recep",
+        "pddl_params": {"object_target": "Apple", "parent_target": "SideTable", "toggle_target": "", "mrecep_target": "", "object_sliced": false},
+        "scene": {"floor_plan": "FloorPlan12"},
+        "turk_annotations": {"anns": [{"task_desc": "Chill an apple and put it on the side table."}]}
+    });
+    std::fs::write(dir.join("traj_data.json"), traj.to_string()).unwrap();
+}
+
+#[test]
+fn real_format_fixture_loads_and_plays_with_golden_feedback() {
+    let dir = tempfile::tempdir().unwrap();
+    let game_dir = dir
+        .path()
+        .join("pick_cool_then_place_in_recep-Apple-None-SideTable-12/trial_T0001");
+    write_fixture(&game_dir, "You move the {o} to the {r}.");
+    let game = load_game_dir(&game_dir)
+        .unwrap()
+        .expect("kept by the filters");
+    assert_eq!(game.floor_plan, 12);
+    let mut env = AlfworldEnv::new(vec![game]).unwrap();
+    let first = env.reset(0);
+    let cabinets: Vec<String> = (1..=11).rev().map(|n| format!("a cabinet {n}")).collect();
+    assert_eq!(
+        first.text,
+        format!(
+            "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, you see {}, a countertop 1, a fridge 1, a microwave 1, a sidetable 1, a sinkbasin 1, a stoveburner 2, and a stoveburner 1.\n\nYour task is to: put a cool apple in sidetable.",
+            cabinets.join(", ")
+        )
+    );
+    let mut expected_start: Vec<String> = (1..=11).map(|n| format!("go to cabinet {n}")).collect();
+    expected_start.extend(
+        [
+            "countertop 1",
+            "fridge 1",
+            "microwave 1",
+            "sidetable 1",
+            "sinkbasin 1",
+            "stoveburner 1",
+            "stoveburner 2",
+        ]
+        .iter()
+        .map(|r| format!("go to {r}")),
+    );
+    expected_start.extend(["help".to_string(), "inventory".into(), "look".into()]);
+    expected_start.sort();
+    assert_eq!(first.admissible, expected_start);
+    assert_eq!(
+        &first.admissible[..3],
+        ["go to cabinet 1", "go to cabinet 10", "go to cabinet 11"]
+    );
+
+    let script: &[(&str, &str)] = &[
+        (
+            "look",
+            "You are in the middle of a room. Looking quickly around you, you see nothing.",
+        ),
+        ("inventory", "You are not carrying anything."),
+        (
+            "go to stoveburner 1",
+            "You arrive at stoveburner 1. On the stoveburner 1, you see a pan 1.",
+        ),
+        ("go to stoveburner 2", "Nothing happens."),
+        (
+            "examine stoveburner 2",
+            "On the stoveburner 2, you see nothing.",
+        ),
+        (
+            "examine pan 1",
+            "This is a normal pan 1. In it, you see nothing.",
+        ),
+        (
+            "go to countertop 1",
+            "You arrive at countertop 1. On the countertop 1, you see a apple 1, and a knife 1.",
+        ),
+        (
+            "take knife 1 from countertop 1",
+            "You pick up the knife 1 from the countertop 1.",
+        ),
+        ("take apple 1 from countertop 1", "Nothing happens."),
+        (
+            "slice apple 1 with knife 1",
+            "You sliced the apple 1 with the knife 1.",
+        ),
+        ("examine apple 1", "This is a sliced apple 1."),
+        (
+            "move knife 1 to countertop 1",
+            "You move the knife 1 to the countertop 1.",
+        ),
+        (
+            "take apple 1 from countertop 1",
+            "You pick up the apple 1 from the countertop 1.",
+        ),
+        ("inventory", "You are carrying: a apple 1."),
+        (
+            "go to microwave 1",
+            "You arrive at microwave 1. The microwave 1 is closed.",
+        ),
+        (
+            "heat apple 1 with microwave 1",
+            "You heat the apple 1 using the microwave 1.",
+        ),
+        ("examine apple 1", "This is a hot sliced apple 1."),
+        (
+            "go to fridge 1",
+            "You arrive at fridge 1. The fridge 1 is closed.",
+        ),
+        ("move apple 1 to fridge 1", "Nothing happens."),
+        (
+            "open fridge 1",
+            "You open the fridge 1. The fridge 1 is open. In it, you see a egg 1.",
+        ),
+        (
+            "cool apple 1 with fridge 1",
+            "You cool the apple 1 using the fridge 1.",
+        ),
+        ("examine apple 1", "This is a cool sliced apple 1."),
+        ("close fridge 1", "You close the fridge 1."),
+        (
+            "go to sinkbasin 1",
+            "You arrive at sinkbasin 1. On the sinkbasin 1, you see nothing.",
+        ),
+        (
+            "clean apple 1 with sinkbasin 1",
+            "You clean the apple 1 using the sinkbasin 1.",
+        ),
+        (
+            "examine apple 1",
+            "This is a cool and clean sliced apple 1.",
+        ),
+        (
+            "go to cabinet 6",
+            "You arrive at cabinet 6. The cabinet 6 is closed.",
+        ),
+        (
+            "open cabinet 6",
+            "You open the cabinet 6. The cabinet 6 is open. In it, you see a mug 1.",
+        ),
+        (
+            "examine mug 1",
+            "This is a normal mug 1. In it, you see nothing.",
+        ),
+        (
+            "look",
+            "You are facing the cabinet 6. Next to it, you see nothing.",
+        ),
+        ("jump around", "Nothing happens."),
+        (
+            "go to sidetable 1",
+            "You arrive at sidetable 1. On the sidetable 1, you see a desklamp 1.",
+        ),
+        ("examine desklamp 1", "This desklamp 1 is off."),
+        ("use desklamp 1", "You turn on the desklamp 1."),
+        ("examine desklamp 1", "This desklamp 1 is on."),
+    ];
+    for (cmd, want) in script {
+        let t = env.step(&t2po_envs::Projected {
+            action: cmd.to_string(),
+            valid: true,
+        });
+        assert_eq!(t.observation.text, *want, "after `{cmd}`");
+        assert!(!t.done);
+    }
+    // At the side table holding the cool apple: the admissible list, exactly.
+    let adm = env.world().admissible();
+    assert!(adm.contains(&"move apple 1 to sidetable 1".to_string()));
+    assert!(adm.contains(&"use desklamp 1".to_string()));
+    assert!(adm.contains(&"examine apple 1".to_string()));
+    assert!(
+        !adm.iter().any(|a| a.starts_with("take ")),
+        "hands are full: {adm:?}"
+    );
+    assert!(!adm.contains(&"go to sidetable 1".to_string()));
+    let t = env.step(&t2po_envs::Projected {
+        action: "help".into(),
+        valid: true,
+    });
+    assert!(t
+        .observation
+        .text
+        .starts_with("\nAvailable commands:\n  look:"));
+    let t = env.step(&t2po_envs::Projected {
+        action: "  move apple 1 to sidetable 1 ".into(),
+        valid: true,
+    });
+    assert_eq!(
+        t.observation.text,
+        "You move the apple 1 to the sidetable 1."
+    );
+    assert!(t.done && t.info.won);
+    assert_eq!(t.reward, 10.0);
+}
+
+#[test]
+fn old_put_grammar_and_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let game_dir = dir
+        .path()
+        .join("pick_cool_then_place_in_recep-Apple-None-SideTable-12/trial_T1");
+    write_fixture(&game_dir, "You put the {o} in/on the {r}.");
+    let game = load_game_dir(&game_dir).unwrap().unwrap();
+    let mut env = AlfworldEnv::new(vec![game]).unwrap();
+    env.reset(0);
+    for cmd in [
+        "go to countertop 1",
+        "take apple 1 from countertop 1",
+        "go to sidetable 1",
+    ] {
+        env.step(&t2po_envs::Projected {
+            action: cmd.into(),
+            valid: true,
+        });
+    }
+    assert!(env
+        .world()
+        .admissible()
+        .contains(&"put apple 1 in/on sidetable 1".to_string()));
+    let t = env.step(&t2po_envs::Projected {
+        action: "put apple 1 in/on sidetable 1".into(),
+        valid: true,
+    });
+    assert_eq!(
+        t.observation.text,
+        "You put the apple 1 in/on the sidetable 1."
+    );
+    assert!(!t.info.won, "the apple was never cooled");
+    // Filters: movable / Sliced folders, unsolvable games and other task types are skipped.
+    let movable = dir
+        .path()
+        .join("pick_and_place_with_movable_recep-Apple-Pan-SideTable-1/t");
+    write_fixture(&movable, "You move the {o} to the {r}.");
+    assert!(load_game_dir(&movable).unwrap().is_none());
+    let unsolvable = dir.path().join("x/t");
+    write_fixture(&unsolvable, "You move the {o} to the {r}.");
+    let tw = std::fs::read_to_string(unsolvable.join("game.tw-pddl"))
+        .unwrap()
+        .replace("\"solvable\":true", "\"solvable\":false");
+    std::fs::write(unsolvable.join("game.tw-pddl"), tw).unwrap();
+    assert!(load_game_dir(&unsolvable).unwrap().is_none());
+    assert_eq!(load_split(dir.path()).unwrap().len(), 1);
+    // A broken file is an error that names it.
+    std::fs::write(
+        game_dir.join("game.tw-pddl"),
+        "{\"solvable\": true, \"pddl_problem\": \"(define (problem\"}",
+    )
+    .unwrap();
+    let err = format!("{:#}", load_game_dir(&game_dir).unwrap_err());
+    assert!(
+        err.contains("game.tw-pddl") && err.contains("unclosed"),
+        "{err}"
+    );
+}
+
+#[test]
+fn generated_games_round_trip_through_the_real_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let games = generate_split(Split::ValidUnseen, 60, 3);
+    for (i, g) in games.iter().enumerate() {
+        write_game_dir(g, &dir.path().join(format!("{}/trial_{i:03}", g.name))).unwrap();
+    }
+    let loaded = load_split(dir.path()).unwrap();
+    assert_eq!(loaded.len(), games.len());
+    for l in &loaded {
+        let orig = games
+            .iter()
+            .find(|g| g.world.intro() == l.world.intro())
+            .expect("same intro");
+        assert_eq!(orig.world.admissible(), l.world.admissible());
+        assert_eq!(orig.world.task, l.world.task);
+    }
+    let (per, _, failures) = play_all(loaded);
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(per.values().map(|v| v.1).sum::<usize>(), 60);
+}
+
+#[test]
+fn projection_and_prompts() {
+    use t2po_envs::alfworld::{admissible_block, project, prompt};
+    let p = project("<think>ok</think><action>Go To Cabinet 1</action>");
+    assert_eq!((p.action.as_str(), p.valid), ("go to cabinet 1", true));
+    let p = project("<action>look</action>");
+    assert_eq!(
+        (p.action.as_str(), p.valid),
+        ("look", false),
+        "no think block"
+    );
+    let p = project("<think>先看看</think><action>look</action>");
+    assert!(!p.valid, "CJK");
+    let p = project("I will just go to the fridge and open it right now");
+    assert_eq!(
+        (p.action.as_str(), p.valid),
+        ("e fridge and open it right now", false)
+    );
+    assert_eq!(p.action.chars().count(), 30);
+    let adm = vec!["go to cabinet 1".to_string(), "help".into(), "look".into()];
+    assert_eq!(admissible_block(&adm), "'go to cabinet 1'\n 'look'");
+    let first = prompt("put a apple in fridge", "INTRO", &adm, &[], 2);
+    assert_eq!(
+        first,
+        "\nYou are an expert agent operating in the ALFRED Embodied Environment.\nYour current observation is: INTRO\nYour admissible actions of the current situation are: ['go to cabinet 1'\n 'look'].\n\nNow it's your turn to take an action.\nYou should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags. \nOnce you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.\n"
+    );
+    let hist: Vec<HistoryEntry> = (1..=3)
+        .map(|i| HistoryEntry {
+            observation: format!("o{i}"),
+            action: format!("a{i}"),
+        })
+        .collect();
+    let later = prompt("put a apple in fridge", "NOW", &adm, &hist, 2);
+    assert!(later.starts_with("\nYou are an expert agent operating in the ALFRED Embodied Environment. Your task is to: put a apple in fridge\nPrior to this step, you have already taken 3 step(s). Below are the most recent 2 observations and the corresponding actions you took: [Observation 2: 'o2', Action 2: 'a2']\n[Observation 3: 'o3', Action 3: 'a3']\nYou are now at step 4 and your current observation is: NOW\n"));
+}
+
+/// Env throughput with a uniformly random admissible policy (printed; not a timed assertion).
+#[test]
+fn random_policy_throughput() {
+    let mut env = AlfworldEnv::new(generate_split(Split::Train, 50, 9)).unwrap();
+    let mut rng = t2po_envs::search_qa::corpus::Rng::new(5);
+    let start = std::time::Instant::now();
+    let mut steps = 0;
+    for i in 0..200 {
+        let mut adm = env.reset(i).admissible;
+        loop {
+            let cmd = adm[rng.below(adm.len())].clone();
+            let t = env.step(&t2po_envs::Projected {
+                action: cmd,
+                valid: true,
+            });
+            steps += 1;
+            assert!(!t.observation.text.is_empty());
+            if t.done {
+                break;
+            }
+            adm = t.observation.admissible;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "random policy: {steps} env steps in {secs:.3} s = {:.0} steps/s",
+        steps as f64 / secs
+    );
 }

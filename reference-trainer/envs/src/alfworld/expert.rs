@@ -11,7 +11,13 @@ use std::collections::{HashMap, HashSet};
 
 /// `apple 12` → `apple`.
 fn class_of(name: &str) -> &str {
-    name.rsplit_once(' ').map_or(name, |(c, n)| if n.chars().all(|d| d.is_ascii_digit()) { c } else { name })
+    name.rsplit_once(' ').map_or(name, |(c, n)| {
+        if n.chars().all(|d| d.is_ascii_digit()) {
+            c
+        } else {
+            name
+        }
+    })
 }
 
 /// `a apple 1, a egg 2, and a mug 1` → names.
@@ -21,7 +27,11 @@ fn parse_list(list: &str) -> Vec<String> {
         return Vec::new();
     }
     list.split(", ")
-        .map(|s| s.trim_start_matches("and ").trim_start_matches("a ").to_string())
+        .map(|s| {
+            s.trim_start_matches("and ")
+                .trim_start_matches("a ")
+                .to_string()
+        })
         .filter(|s| !s.is_empty())
         .collect()
 }
@@ -80,7 +90,9 @@ impl AlfworldExpert {
                 this.closed.insert(r.to_string());
             }
         };
-        let body = obs.strip_prefix("You arrive at ").map_or(obs, |rest| rest.split_once(". ").map_or(rest, |(_, b)| b));
+        let body = obs
+            .strip_prefix("You arrive at ")
+            .map_or(obs, |rest| rest.split_once(". ").map_or(rest, |(_, b)| b));
         if let Some(rest) = body.strip_prefix("You open the ") {
             if let Some((r, tail)) = rest.split_once(". ") {
                 let list = tail.split_once("you see ").map(|(_, l)| l);
@@ -104,16 +116,28 @@ impl AlfworldExpert {
                     l.retain(|x| x != o);
                 }
             }
-        } else if let Some(rest) = obs.strip_prefix("You move the ").or_else(|| obs.strip_prefix("You put the ")) {
+        } else if let Some(rest) = obs
+            .strip_prefix("You move the ")
+            .or_else(|| obs.strip_prefix("You put the "))
+        {
             let rest = rest.trim_end_matches('.');
-            if let Some((o, r)) = rest.split_once(" to the ").or_else(|| rest.split_once(" in/on the ")) {
+            if let Some((o, r)) = rest
+                .split_once(" to the ")
+                .or_else(|| rest.split_once(" in/on the "))
+            {
                 self.holding = None;
-                self.seen.entry(r.to_string()).or_default().push(o.to_string());
+                self.seen
+                    .entry(r.to_string())
+                    .or_default()
+                    .push(o.to_string());
                 if class_of(r) == self.recep && class_of(o) == self.obj {
                     self.placed.insert(o.to_string());
                 }
             }
-        } else if obs.starts_with("You heat the ") || obs.starts_with("You cool the ") || obs.starts_with("You clean the ") {
+        } else if obs.starts_with("You heat the ")
+            || obs.starts_with("You cool the ")
+            || obs.starts_with("You clean the ")
+        {
             self.treated = true;
         }
     }
@@ -133,14 +157,19 @@ impl AlfworldExpert {
             .cloned()
             .partition(|r| {
                 let rc = class_of(r);
-                let holds = vocab::can_contain_lower(rc).iter().any(|o| o.eq_ignore_ascii_case(camel));
-                holds || (camel == self.task.toggle && ["sidetable", "desk", "dresser", "coffeetable", "shelf"].contains(&rc))
+                let holds = vocab::can_contain_lower(rc)
+                    .iter()
+                    .any(|o| o.eq_ignore_ascii_case(camel));
+                holds
+                    || (camel == self.task.toggle
+                        && ["sidetable", "desk", "dresser", "coffeetable", "shelf"].contains(&rc))
             });
         likely.reverse();
         other.reverse();
         // Where the object is to go is searched last: it is rarely already there.
-        let (mut first, last): (Vec<String>, Vec<String>) =
-            likely.into_iter().partition(|r| class_of(r) != self.recep || class != self.obj);
+        let (mut first, last): (Vec<String>, Vec<String>) = likely
+            .into_iter()
+            .partition(|r| class_of(r) != self.recep || class != self.obj);
         first.extend(last);
         first.extend(other);
         first
@@ -149,7 +178,10 @@ impl AlfworldExpert {
     fn find(&self, class: &str, exclude: &HashSet<String>) -> Option<(String, String)> {
         let mut best: Option<(String, String)> = None;
         for (r, objs) in &self.seen {
-            if self.recep == class_of(r) && (class == self.obj) && self.task.kind == TaskType::PickTwo {
+            if self.recep == class_of(r)
+                && (class == self.obj)
+                && self.task.kind == TaskType::PickTwo
+            {
                 continue; // do not take back what is already in place
             }
             for o in objs {
@@ -197,13 +229,19 @@ impl AlfworldExpert {
         if let Some(h) = self.holding.clone() {
             if class_of(&h) != self.obj {
                 // Not what we need: put it down wherever it fits here, else anywhere it fits.
-                if let Some(put) = admissible.iter().find(|a| a.starts_with(&format!("move {h} to ")) || a.starts_with(&format!("put {h} in/on "))) {
+                if let Some(put) = admissible.iter().find(|a| {
+                    a.starts_with(&format!("move {h} to "))
+                        || a.starts_with(&format!("put {h} in/on "))
+                }) {
                     return put.clone();
                 }
                 return self.explore("__anywhere__", admissible);
             }
             if self.task.kind == TaskType::LookAtInLight {
-                if let Some(use_cmd) = admissible.iter().find(|a| a.starts_with("use ") && class_of(&a[4..]) == self.toggle) {
+                if let Some(use_cmd) = admissible
+                    .iter()
+                    .find(|a| a.starts_with("use ") && class_of(&a[4..]) == self.toggle)
+                {
                     return use_cmd.clone();
                 }
                 if let Some((_, r)) = self.find(&self.toggle.clone(), &HashSet::new()) {
@@ -219,7 +257,10 @@ impl AlfworldExpert {
             };
             if let Some((verb, classes)) = appliance {
                 if !self.treated {
-                    if let Some(c) = admissible.iter().find(|a| a.starts_with(&format!("{verb} {h} with "))) {
+                    if let Some(c) = admissible
+                        .iter()
+                        .find(|a| a.starts_with(&format!("{verb} {h} with ")))
+                    {
                         return c.clone();
                     }
                     let target = classes
@@ -233,12 +274,22 @@ impl AlfworldExpert {
             }
             // Place it: a target receptacle here that takes it, else open one here, else go.
             if let Some(put) = admissible.iter().find(|a| {
-                (a.starts_with(&format!("move {h} to ")) || a.starts_with(&format!("put {h} in/on ")))
-                    && class_of(a.rsplit_once(" to ").or_else(|| a.rsplit_once(" in/on ")).map_or("", |(_, r)| r)) == self.recep
+                (a.starts_with(&format!("move {h} to "))
+                    || a.starts_with(&format!("put {h} in/on ")))
+                    && class_of(
+                        a.rsplit_once(" to ")
+                            .or_else(|| a.rsplit_once(" in/on "))
+                            .map_or("", |(_, r)| r),
+                    ) == self.recep
             }) {
                 return put.clone();
             }
-            let targets: Vec<String> = self.receptacles.iter().filter(|r| class_of(r) == self.recep).cloned().collect();
+            let targets: Vec<String> = self
+                .receptacles
+                .iter()
+                .filter(|r| class_of(r) == self.recep)
+                .cloned()
+                .collect();
             for r in &targets {
                 if has(&format!("open {r}")) {
                     return format!("open {r}");
@@ -247,7 +298,11 @@ impl AlfworldExpert {
             // Prefer the receptacle already holding the first of two.
             let preferred = targets
                 .iter()
-                .find(|r| self.seen.get(*r).is_some_and(|l| l.iter().any(|o| self.placed.contains(o))))
+                .find(|r| {
+                    self.seen
+                        .get(*r)
+                        .is_some_and(|l| l.iter().any(|o| self.placed.contains(o)))
+                })
                 .or_else(|| targets.first())
                 .cloned();
             return match preferred {
@@ -271,10 +326,19 @@ impl AlfworldExpert {
     pub fn respond(&mut self, observation: &str, admissible: &[String]) -> String {
         let cmd = self.act(observation, admissible);
         let why = match (&self.holding, self.task.kind) {
-            (None, _) => format!("I need a {} first; I look where one is likely to be.", self.obj),
-            (Some(h), TaskType::LookAtInLight) => format!("I hold the {h}; now I need the {} to look at it.", self.toggle),
+            (None, _) => format!(
+                "I need a {} first; I look where one is likely to be.",
+                self.obj
+            ),
+            (Some(h), TaskType::LookAtInLight) => format!(
+                "I hold the {h}; now I need the {} to look at it.",
+                self.toggle
+            ),
             (Some(h), TaskType::Heat | TaskType::Cool | TaskType::Clean) if !self.treated => {
-                format!("I hold the {h}; it must be treated before I put it in the {}.", self.recep)
+                format!(
+                    "I hold the {h}; it must be treated before I put it in the {}.",
+                    self.recep
+                )
             }
             (Some(h), _) => format!("I hold the {h}; I bring it to the {}.", self.recep),
         };
@@ -288,7 +352,10 @@ mod tests {
 
     #[test]
     fn lists_and_classes() {
-        assert_eq!(parse_list("a apple 1, a egg 2, and a mug 1."), ["apple 1", "egg 2", "mug 1"]);
+        assert_eq!(
+            parse_list("a apple 1, a egg 2, and a mug 1."),
+            ["apple 1", "egg 2", "mug 1"]
+        );
         assert_eq!(parse_list("a apple 1, and a egg 2"), ["apple 1", "egg 2"]);
         assert!(parse_list("nothing").is_empty());
         assert_eq!(class_of("cabinet 10"), "cabinet");

@@ -57,9 +57,12 @@ const MIX: [(TaskType, u32); 6] = [
 
 fn rooms_for(kind: TaskType) -> &'static [Room] {
     match kind {
-        TaskType::PickAndPlace | TaskType::PickTwo => {
-            &[Room::Kitchen, Room::LivingRoom, Room::Bedroom, Room::Bathroom]
-        }
+        TaskType::PickAndPlace | TaskType::PickTwo => &[
+            Room::Kitchen,
+            Room::LivingRoom,
+            Room::Bedroom,
+            Room::Bathroom,
+        ],
         TaskType::LookAtInLight => &[Room::LivingRoom, Room::Bedroom],
         TaskType::Clean => &[Room::Kitchen, Room::Bathroom],
         TaskType::Heat | TaskType::Cool => &[Room::Kitchen],
@@ -81,7 +84,11 @@ fn floor_plans(room: Room, split: Split) -> Vec<u32> {
 }
 
 fn goal_sentence(kind: TaskType, obj: &str, recep: &str, toggle: &str, second: bool) -> String {
-    let (o, r, t) = (obj.to_lowercase(), recep.to_lowercase(), toggle.to_lowercase());
+    let (o, r, t) = (
+        obj.to_lowercase(),
+        recep.to_lowercase(),
+        toggle.to_lowercase(),
+    );
     match (kind, second) {
         (TaskType::PickAndPlace, false) => format!("put a {o} in {r}"),
         (TaskType::PickAndPlace, true) => format!("put some {o} on {r}"),
@@ -126,7 +133,10 @@ fn new_object(id: String, class: &str, inside: Option<usize>) -> Object {
 
 /// Sorts entities by id and assigns `class N` names (numbering over receptacles and objects
 /// together, per class).
-fn finalize(receptacles: Vec<Receptacle>, mut objects: Vec<Object>) -> (Vec<Receptacle>, Vec<Object>) {
+fn finalize(
+    receptacles: Vec<Receptacle>,
+    mut objects: Vec<Object>,
+) -> (Vec<Receptacle>, Vec<Object>) {
     // Sort receptacles by id, remapping the objects' container indices.
     let mut order: Vec<usize> = (0..receptacles.len()).collect();
     order.sort_by(|&a, &b| receptacles[a].id.cmp(&receptacles[b].id));
@@ -208,7 +218,9 @@ fn try_generate(rng: &mut Rng, kind: TaskType, split: Split) -> Option<Game> {
     }
     let classes: Vec<&str> = receptacles.iter().map(|r| r.class.as_str()).collect();
     let holders = |obj: &str| -> Vec<usize> {
-        (0..receptacles.len()).filter(|&r| vocab::contains(&receptacles[r].class, obj)).collect()
+        (0..receptacles.len())
+            .filter(|&r| vocab::contains(&receptacles[r].class, obj))
+            .collect()
     };
     // Task parameters.
     let objects_here = vocab::room_objects(room);
@@ -218,7 +230,11 @@ fn try_generate(rng: &mut Rng, kind: TaskType, split: Split) -> Option<Game> {
         TaskType::Cool => vocab::COOLABLE.contains(&o),
         _ => true,
     };
-    let candidates: Vec<&str> = objects_here.iter().copied().filter(|o| property_ok(o)).collect();
+    let candidates: Vec<&str> = objects_here
+        .iter()
+        .copied()
+        .filter(|o| property_ok(o))
+        .collect();
     if candidates.is_empty() {
         return None;
     }
@@ -233,7 +249,15 @@ fn try_generate(rng: &mut Rng, kind: TaskType, split: Split) -> Option<Game> {
         return None;
     }
     let (recep, toggle) = if kind == TaskType::LookAtInLight {
-        (String::new(), if rng.below(2) == 0 { "DeskLamp" } else { "FloorLamp" }.to_string())
+        (
+            String::new(),
+            if rng.below(2) == 0 {
+                "DeskLamp"
+            } else {
+                "FloorLamp"
+            }
+            .to_string(),
+        )
     } else {
         let mut targets: Vec<&str> = classes
             .iter()
@@ -248,19 +272,29 @@ fn try_generate(rng: &mut Rng, kind: TaskType, split: Split) -> Option<Game> {
         (targets[rng.below(targets.len())].to_string(), String::new())
     };
     // Where target instances may start: a holder that is not of the target class.
-    let starts: Vec<usize> = holders(obj).into_iter().filter(|&r| receptacles[r].class != recep).collect();
+    let starts: Vec<usize> = holders(obj)
+        .into_iter()
+        .filter(|&r| receptacles[r].class != recep)
+        .collect();
     if starts.is_empty() {
         return None;
     }
     let mut objects: Vec<Object> = Vec::new();
-    let n_targets = if kind == TaskType::PickTwo { 2 + rng.below(2) } else { 1 + rng.below(2) };
+    let n_targets = if kind == TaskType::PickTwo {
+        2 + rng.below(2)
+    } else {
+        1 + rng.below(2)
+    };
     for _ in 0..n_targets {
         let r = starts[rng.below(starts.len())];
         objects.push(new_object(entity_id(obj, rng), obj, Some(r)));
     }
     if kind == TaskType::LookAtInLight {
         let lamp_spots: Vec<usize> = (0..receptacles.len())
-            .filter(|&r| ["SideTable", "Desk", "Dresser", "CoffeeTable", "Shelf"].contains(&receptacles[r].class.as_str()))
+            .filter(|&r| {
+                ["SideTable", "Desk", "Dresser", "CoffeeTable", "Shelf"]
+                    .contains(&receptacles[r].class.as_str())
+            })
             .collect();
         if lamp_spots.is_empty() {
             return None;
@@ -290,7 +324,11 @@ fn try_generate(rng: &mut Rng, kind: TaskType, split: Split) -> Option<Game> {
         "{}-{}-None-{}-{}",
         kind.as_str(),
         obj,
-        if recep.is_empty() { toggle.as_str() } else { recep.as_str() },
+        if recep.is_empty() {
+            toggle.as_str()
+        } else {
+            recep.as_str()
+        },
         floor_plan
     );
     Some(Game {
@@ -367,7 +405,9 @@ pub fn parse_sexp(text: &str) -> Result<Sexp> {
             }
             b'(' => stack.push(Vec::new()),
             b')' => {
-                let list = stack.pop().ok_or_else(|| anyhow!("unbalanced ')' at byte {i}"))?;
+                let list = stack
+                    .pop()
+                    .ok_or_else(|| anyhow!("unbalanced ')' at byte {i}"))?;
                 match stack.last_mut() {
                     Some(parent) => parent.push(Sexp::List(list)),
                     None => {
@@ -381,7 +421,11 @@ pub fn parse_sexp(text: &str) -> Result<Sexp> {
             c if c.is_ascii_whitespace() => {}
             _ => {
                 let start = i;
-                while i < bytes.len() && !bytes[i].is_ascii_whitespace() && bytes[i] != b'(' && bytes[i] != b')' {
+                while i < bytes.len()
+                    && !bytes[i].is_ascii_whitespace()
+                    && bytes[i] != b'('
+                    && bytes[i] != b')'
+                {
                     i += 1;
                 }
                 let atom = Sexp::Atom(text[start..i].to_string());
@@ -419,7 +463,10 @@ pub fn mangle(id: &str) -> String {
 }
 
 fn find_section<'a>(define: &'a [Sexp], key: &str) -> Option<&'a [Sexp]> {
-    define.iter().filter_map(Sexp::list).find(|l| l.first().and_then(Sexp::atom) == Some(key))
+    define
+        .iter()
+        .filter_map(Sexp::list)
+        .find(|l| l.first().and_then(Sexp::atom) == Some(key))
 }
 
 /// Loads one game folder (`game.tw-pddl` + `traj_data.json`). `Ok(None)` when the original's
@@ -432,17 +479,23 @@ pub fn load_game_dir(dir: &Path) -> Result<Option<Game>> {
     let tw_path = dir.join("game.tw-pddl");
     let traj_path = dir.join("traj_data.json");
     let tw: Value = serde_json::from_str(
-        &std::fs::read_to_string(&tw_path).with_context(|| format!("read {}", tw_path.display()))?,
+        &std::fs::read_to_string(&tw_path)
+            .with_context(|| format!("read {}", tw_path.display()))?,
     )
     .with_context(|| format!("{}: not JSON", tw_path.display()))?;
     let traj: Value = serde_json::from_str(
-        &std::fs::read_to_string(&traj_path).with_context(|| format!("read {}", traj_path.display()))?,
+        &std::fs::read_to_string(&traj_path)
+            .with_context(|| format!("read {}", traj_path.display()))?,
     )
     .with_context(|| format!("{}: not JSON", traj_path.display()))?;
     if tw.get("solvable").and_then(Value::as_bool) != Some(true) {
         return Ok(None);
     }
-    let Some(kind) = traj.get("task_type").and_then(Value::as_str).and_then(TaskType::parse) else {
+    let Some(kind) = traj
+        .get("task_type")
+        .and_then(Value::as_str)
+        .and_then(TaskType::parse)
+    else {
         return Ok(None);
     };
     let problem = tw
@@ -450,13 +503,30 @@ pub fn load_game_dir(dir: &Path) -> Result<Option<Game>> {
         .and_then(Value::as_str)
         .ok_or_else(|| anyhow!("{}: no \"pddl_problem\" string", tw_path.display()))?;
     let grammar = tw.get("grammar").and_then(Value::as_str).unwrap_or("");
-    let sexp = parse_sexp(problem).with_context(|| format!("{}: pddl_problem", tw_path.display()))?;
-    let define = sexp.list().ok_or_else(|| anyhow!("pddl_problem is not a (define …) list"))?;
-    let init = find_section(define, ":init").ok_or_else(|| anyhow!("{}: no :init", tw_path.display()))?;
+    let sexp =
+        parse_sexp(problem).with_context(|| format!("{}: pddl_problem", tw_path.display()))?;
+    let define = sexp
+        .list()
+        .ok_or_else(|| anyhow!("pddl_problem is not a (define …) list"))?;
+    let init =
+        find_section(define, ":init").ok_or_else(|| anyhow!("{}: no :init", tw_path.display()))?;
     let params = traj.get("pddl_params").cloned().unwrap_or(Value::Null);
-    let param = |k: &str| params.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-    let world = world_from_facts(init, grammar, kind, &param("object_target"), &param("parent_target"), &param("toggle_target"))
-        .with_context(|| format!("{}", tw_path.display()))?;
+    let param = |k: &str| {
+        params
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let world = world_from_facts(
+        init,
+        grammar,
+        kind,
+        &param("object_target"),
+        &param("parent_target"),
+        &param("toggle_target"),
+    )
+    .with_context(|| format!("{}", tw_path.display()))?;
     let floor_plan = traj
         .get("scene")
         .and_then(|s| s.get("floor_plan"))
@@ -465,7 +535,9 @@ pub fn load_game_dir(dir: &Path) -> Result<Option<Game>> {
         .unwrap_or(0);
     Ok(Some(Game {
         world,
-        name: dir.file_name().map_or(path_text.clone(), |n| n.to_string_lossy().to_string()),
+        name: dir
+            .file_name()
+            .map_or(path_text.clone(), |n| n.to_string_lossy().to_string()),
         floor_plan,
     }))
 }
@@ -495,7 +567,14 @@ pub fn load_split(root: &Path) -> Result<Vec<Game>> {
     Ok(games)
 }
 
-fn world_from_facts(init: &[Sexp], grammar: &str, kind: TaskType, object: &str, recep: &str, toggle: &str) -> Result<World> {
+fn world_from_facts(
+    init: &[Sexp],
+    grammar: &str,
+    kind: TaskType,
+    object: &str,
+    recep: &str,
+    toggle: &str,
+) -> Result<World> {
     let mut rtype: BTreeMap<String, String> = BTreeMap::new();
     let mut otype: BTreeMap<String, String> = BTreeMap::new();
     let mut r_loc: HashMap<String, String> = HashMap::new();
@@ -519,7 +598,8 @@ fn world_from_facts(init: &[Sexp], grammar: &str, kind: TaskType, object: &str, 
                 inside.insert(o.to_string(), r.to_string());
             }
             ["atLocation", "agent1", l] => agent_loc = l.to_string(),
-            [flag @ ("openable" | "opened" | "pickupable" | "isReceptacleObject" | "isOn" | "isToggled" | "isHot" | "isCool" | "isClean" | "isSliced"), x] => {
+            [flag @ ("openable" | "opened" | "pickupable" | "isReceptacleObject" | "isOn"
+            | "isToggled" | "isHot" | "isCool" | "isClean" | "isSliced"), x] => {
                 let key: &str = flag;
                 flags.entry(key).or_default().push(x.to_string());
             }
@@ -537,7 +617,9 @@ fn world_from_facts(init: &[Sexp], grammar: &str, kind: TaskType, object: &str, 
     let mut receptacles = Vec::new();
     let mut rec_index: HashMap<&str, usize> = HashMap::new();
     for r in &rec_ids {
-        let loc = r_loc.get(*r).ok_or_else(|| anyhow!("receptacle {r} has no receptacleAtLocation"))?;
+        let loc = r_loc
+            .get(*r)
+            .ok_or_else(|| anyhow!("receptacle {r} has no receptacleAtLocation"))?;
         let next = locations.len();
         let l = *locations.entry(loc.as_str()).or_insert(next);
         rec_index.insert(r.as_str(), receptacles.len());
@@ -563,7 +645,11 @@ fn world_from_facts(init: &[Sexp], grammar: &str, kind: TaskType, object: &str, 
             container = inside.get(c);
             hops += 1;
         }
-        let mut obj = new_object(unmangle(o), class, container.and_then(|c| rec_index.get(c.as_str()).copied()));
+        let mut obj = new_object(
+            unmangle(o),
+            class,
+            container.and_then(|c| rec_index.get(c.as_str()).copied()),
+        );
         obj.pickupable = has("pickupable", o);
         obj.receptacle_object = has("isReceptacleObject", o);
         obj.on = has("isOn", o);
@@ -587,7 +673,8 @@ fn world_from_facts(init: &[Sexp], grammar: &str, kind: TaskType, object: &str, 
             .map_or_else(|| lower.to_string(), |c| c.to_string())
     };
     let (object_c, recep_c, toggle_c) = (camel(object), camel(recep), camel(toggle));
-    let goal = grammar_goal(grammar).unwrap_or_else(|| goal_sentence(kind, &object_c, &recep_c, &toggle_c, false));
+    let goal = grammar_goal(grammar)
+        .unwrap_or_else(|| goal_sentence(kind, &object_c, &recep_c, &toggle_c, false));
     Ok(World {
         receptacles,
         objects,
@@ -625,7 +712,13 @@ fn grammar_goal(grammar: &str) -> Option<String> {
 pub fn write_game_dir(game: &Game, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     let w = &game.world;
-    let loc = |l: usize| if l == w.start_location { "loc_start".to_string() } else { format!("loc_bar_{l}") };
+    let loc = |l: usize| {
+        if l == w.start_location {
+            "loc_start".to_string()
+        } else {
+            format!("loc_bar_{l}")
+        }
+    };
     let mut objects = Vec::new();
     let mut init = vec!["(atLocation agent1 loc_start)".to_string()];
     for r in &w.receptacles {
@@ -645,8 +738,14 @@ pub fn write_game_dir(game: &Game, dir: &Path) -> Result<()> {
         objects.push(format!("{id} - object"));
         init.push(format!("(objectType {id} {}Type)", o.class));
         if let Some(r) = o.inside {
-            init.push(format!("(inReceptacle {id} {})", mangle(&w.receptacles[r].id)));
-            init.push(format!("(objectAtLocation {id} {})", loc(w.receptacles[r].location)));
+            init.push(format!(
+                "(inReceptacle {id} {})",
+                mangle(&w.receptacles[r].id)
+            ));
+            init.push(format!(
+                "(objectAtLocation {id} {})",
+                loc(w.receptacles[r].location)
+            ));
         }
         for (flag, on) in [
             ("pickupable", o.pickupable),
@@ -671,7 +770,8 @@ pub fn write_game_dir(game: &Game, dir: &Path) -> Result<()> {
         w.task.goal,
         if w.put_grammar == PutGrammar::Move { "You move the {o} to the {r}." } else { "You put the {o} in/on the {r}." }
     );
-    let tw = json!({"pddl_domain": "", "grammar": grammar, "pddl_problem": problem, "solvable": true});
+    let tw =
+        json!({"pddl_domain": "", "grammar": grammar, "pddl_problem": problem, "solvable": true});
     std::fs::write(dir.join("game.tw-pddl"), serde_json::to_string_pretty(&tw)?)?;
     let traj = json!({
         "task_type": w.task.kind.as_str(),
@@ -685,6 +785,9 @@ pub fn write_game_dir(game: &Game, dir: &Path) -> Result<()> {
         "scene": {"floor_plan": format!("FloorPlan{}", game.floor_plan)},
         "turk_annotations": {"anns": [{"task_desc": w.task.goal}]}
     });
-    std::fs::write(dir.join("traj_data.json"), serde_json::to_string_pretty(&traj)?)?;
+    std::fs::write(
+        dir.join("traj_data.json"),
+        serde_json::to_string_pretty(&traj)?,
+    )?;
     Ok(())
 }

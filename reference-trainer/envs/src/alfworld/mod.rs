@@ -26,7 +26,13 @@ pub fn admissible_block(admissible: &[String]) -> String {
 }
 
 /// The verl-agent ALFWorld prompt (no-history template at the first step).
-pub fn prompt(task: &str, observation: &str, admissible: &[String], history: &[HistoryEntry], history_length: usize) -> String {
+pub fn prompt(
+    task: &str,
+    observation: &str,
+    admissible: &[String],
+    history: &[HistoryEntry],
+    history_length: usize,
+) -> String {
     let block = admissible_block(admissible);
     if history.is_empty() || history_length == 0 {
         return format!(
@@ -39,7 +45,10 @@ pub fn prompt(task: &str, observation: &str, admissible: &[String], history: &[H
         .enumerate()
         .map(|(k, h)| {
             let n = start + k + 1;
-            format!("[Observation {n}: '{}', Action {n}: '{}']", h.observation, h.action)
+            format!(
+                "[Observation {n}: '{}', Action {n}: '{}']",
+                h.observation, h.action
+            )
         })
         .collect();
     format!(
@@ -62,10 +71,15 @@ pub fn project(response: &str) -> Projected {
     let lower = response.to_lowercase();
     let (start, end) = (lower.find("<action>"), lower.find("</action>"));
     let (action, mut valid) = match (start, end) {
-        (Some(s), Some(e)) if s + "<action>".len() <= e => (lower[s + "<action>".len()..e].trim().to_string(), true),
+        (Some(s), Some(e)) if s + "<action>".len() <= e => {
+            (lower[s + "<action>".len()..e].trim().to_string(), true)
+        }
         _ => {
             let chars: Vec<char> = lower.chars().collect();
-            (chars[chars.len().saturating_sub(30)..].iter().collect(), false)
+            (
+                chars[chars.len().saturating_sub(30)..].iter().collect(),
+                false,
+            )
         }
     };
     if !(lower.contains("<think>") && lower.contains("</think>")) || has_cjk(&lower) {
@@ -151,10 +165,16 @@ impl Env for AlfworldEnv {
         let source = self.world.task.kind.as_str().to_string();
         if self.done {
             return Transition {
-                observation: Observation { text: String::new(), admissible: Vec::new() },
+                observation: Observation {
+                    text: String::new(),
+                    admissible: Vec::new(),
+                },
                 reward: 0.0,
                 done: true,
-                info: Info { source, ..Info::default() },
+                info: Info {
+                    source,
+                    ..Info::default()
+                },
             };
         }
         self.steps += 1;
@@ -177,6 +197,12 @@ impl Env for AlfworldEnv {
     }
 
     fn prompt(&self, history: &[HistoryEntry], history_length: usize) -> String {
-        prompt(self.task(), &self.observation, &self.world.admissible(), history, history_length)
+        prompt(
+            self.task(),
+            &self.observation,
+            &self.world.admissible(),
+            history,
+            history_length,
+        )
     }
 }

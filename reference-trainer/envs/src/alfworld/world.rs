@@ -214,7 +214,10 @@ pub fn render_list<S: AsRef<str>>(names: &[S]) -> String {
         0 => "nothing".to_string(),
         1 => format!("a {}", names[0].as_ref()),
         n => {
-            let head: Vec<String> = names[..n - 1].iter().map(|s| format!("a {}", s.as_ref())).collect();
+            let head: Vec<String> = names[..n - 1]
+                .iter()
+                .map(|s| format!("a {}", s.as_ref()))
+                .collect();
             format!("{}, and a {}", head.join(", "), names[n - 1].as_ref())
         }
     }
@@ -228,7 +231,9 @@ pub fn number_names(entities: &[(String, String)]) -> Vec<String> {
     classes.sort_unstable();
     classes.dedup();
     for class in classes {
-        let mut idx: Vec<usize> = (0..entities.len()).filter(|&i| entities[i].1 == class).collect();
+        let mut idx: Vec<usize> = (0..entities.len())
+            .filter(|&i| entities[i].1 == class)
+            .collect();
         idx.sort_by(|&a, &b| entities[a].0.cmp(&entities[b].0));
         let lower = class.to_lowercase();
         let mut n = 1;
@@ -252,11 +257,16 @@ impl World {
 
     /// Objects inside receptacle `r`, in id order.
     pub fn contents(&self, r: usize) -> Vec<usize> {
-        (0..self.objects.len()).filter(|&o| self.objects[o].inside == Some(r)).collect()
+        (0..self.objects.len())
+            .filter(|&o| self.objects[o].inside == Some(r))
+            .collect()
     }
 
     fn names(&self, objects: &[usize]) -> Vec<&str> {
-        objects.iter().map(|&o| self.objects[o].name.as_str()).collect()
+        objects
+            .iter()
+            .map(|&o| self.objects[o].name.as_str())
+            .collect()
     }
 
     /// Objects the agent can see: in an open-or-non-openable receptacle here.
@@ -299,8 +309,14 @@ impl World {
     /// The put command and its feedback (the ≤ 0.3 grammar says "in/on" literally).
     fn put_text(&self, o: &str, r: &str) -> (String, String) {
         match self.put_grammar {
-            PutGrammar::Move => (format!("move {o} to {r}"), format!("You move the {o} to the {r}.")),
-            PutGrammar::PutInOn => (format!("put {o} in/on {r}"), format!("You put the {o} in/on the {r}.")),
+            PutGrammar::Move => (
+                format!("move {o} to {r}"),
+                format!("You move the {o} to the {r}."),
+            ),
+            PutGrammar::PutInOn => (
+                format!("put {o} in/on {r}"),
+                format!("You put the {o} in/on the {r}."),
+            ),
         }
     }
 
@@ -308,7 +324,9 @@ impl World {
     /// in Python string order (byte order: "cabinet 10" before "cabinet 2").
     pub fn actions(&self) -> Vec<(String, Action)> {
         let mut out: Vec<(String, Action)> = Vec::new();
-        let here: Vec<usize> = (0..self.receptacles.len()).filter(|&r| self.here(r)).collect();
+        let here: Vec<usize> = (0..self.receptacles.len())
+            .filter(|&r| self.here(r))
+            .collect();
         for (r, rec) in self.receptacles.iter().enumerate() {
             if !self.here(r) {
                 out.push((format!("go to {}", rec.name), Action::GoTo(r)));
@@ -316,7 +334,10 @@ impl World {
         }
         for &r in &here {
             let rec = &self.receptacles[r];
-            out.push((format!("examine {}", rec.name), Action::ExamineReceptacle(r)));
+            out.push((
+                format!("examine {}", rec.name),
+                Action::ExamineReceptacle(r),
+            ));
             if rec.openable {
                 if rec.opened {
                     out.push((format!("close {}", rec.name), Action::Close(r)));
@@ -331,7 +352,10 @@ impl World {
                 for &(o, r) in &visible {
                     if self.objects[o].pickupable {
                         out.push((
-                            format!("take {} from {}", self.objects[o].name, self.receptacles[r].name),
+                            format!(
+                                "take {} from {}",
+                                self.objects[o].name, self.receptacles[r].name
+                            ),
                             Action::Take(o, r),
                         ));
                     }
@@ -346,13 +370,23 @@ impl World {
                         out.push((cmd, Action::Put(h, r)));
                     }
                     if rec.class == "Microwave" && held.heatable() {
-                        out.push((format!("heat {} with {}", held.name, rec.name), Action::Heat(h, r)));
+                        out.push((
+                            format!("heat {} with {}", held.name, rec.name),
+                            Action::Heat(h, r),
+                        ));
                     }
                     if rec.class == "Fridge" && held.coolable() {
-                        out.push((format!("cool {} with {}", held.name, rec.name), Action::Cool(h, r)));
+                        out.push((
+                            format!("cool {} with {}", held.name, rec.name),
+                            Action::Cool(h, r),
+                        ));
                     }
-                    if (rec.class == "SinkBasin" || rec.class == "BathtubBasin") && held.cleanable() {
-                        out.push((format!("clean {} with {}", held.name, rec.name), Action::Clean(h, r)));
+                    if (rec.class == "SinkBasin" || rec.class == "BathtubBasin") && held.cleanable()
+                    {
+                        out.push((
+                            format!("clean {} with {}", held.name, rec.name),
+                            Action::Clean(h, r),
+                        ));
                     }
                 }
                 out.push((format!("examine {}", held.name), Action::ExamineObject(h)));
@@ -374,7 +408,10 @@ impl World {
             }
         }
         for &(o, _) in &visible {
-            out.push((format!("examine {}", self.objects[o].name), Action::ExamineObject(o)));
+            out.push((
+                format!("examine {}", self.objects[o].name),
+                Action::ExamineObject(o),
+            ));
         }
         out.push(("inventory".into(), Action::Inventory));
         out.push(("look".into(), Action::Look));
@@ -396,7 +433,10 @@ impl World {
         let n = &obj.name;
         if obj.receptacle_object {
             let inside: Vec<&str> = Vec::new();
-            return format!("This is a normal {n}. In it, you see {}.", render_list(&inside));
+            return format!(
+                "This is a normal {n}. In it, you see {}.",
+                render_list(&inside)
+            );
         }
         let (h, c, k, s) = (obj.hot, obj.cool, obj.clean, obj.sliced);
         match () {
@@ -454,26 +494,39 @@ impl World {
             Action::Take(o, r) => {
                 self.objects[o].inside = None;
                 self.held = Some(o);
-                format!("You pick up the {} from the {}.", self.objects[o].name, self.receptacles[r].name)
+                format!(
+                    "You pick up the {} from the {}.",
+                    self.objects[o].name, self.receptacles[r].name
+                )
             }
             Action::Put(o, r) => {
                 self.objects[o].inside = Some(r);
                 self.held = None;
-                self.put_text(&self.objects[o].name, &self.receptacles[r].name).1
+                self.put_text(&self.objects[o].name, &self.receptacles[r].name)
+                    .1
             }
             Action::Heat(o, r) => {
                 self.objects[o].hot = true;
                 self.objects[o].cool = false;
-                format!("You heat the {} using the {}.", self.objects[o].name, self.receptacles[r].name)
+                format!(
+                    "You heat the {} using the {}.",
+                    self.objects[o].name, self.receptacles[r].name
+                )
             }
             Action::Cool(o, r) => {
                 self.objects[o].cool = true;
                 self.objects[o].hot = false;
-                format!("You cool the {} using the {}.", self.objects[o].name, self.receptacles[r].name)
+                format!(
+                    "You cool the {} using the {}.",
+                    self.objects[o].name, self.receptacles[r].name
+                )
             }
             Action::Clean(o, r) => {
                 self.objects[o].clean = true;
-                format!("You clean the {} using the {}.", self.objects[o].name, self.receptacles[r].name)
+                format!(
+                    "You clean the {} using the {}.",
+                    self.objects[o].name, self.receptacles[r].name
+                )
             }
             Action::Use(o) => {
                 self.objects[o].toggled = true;
@@ -482,7 +535,10 @@ impl World {
             }
             Action::Slice(o, k) => {
                 self.objects[o].sliced = true;
-                format!("You sliced the {} with the {}.", self.objects[o].name, self.objects[k].name)
+                format!(
+                    "You sliced the {} with the {}.",
+                    self.objects[o].name, self.objects[k].name
+                )
             }
             Action::ExamineReceptacle(r) => self.examine_receptacle(r),
             Action::ExamineObject(o) => self.examine_object(o),
@@ -498,10 +554,14 @@ impl World {
                     .map(|r| r.name.as_str())
                     .collect();
                 if here.is_empty() {
-                    "You are in the middle of a room. Looking quickly around you, you see nothing.".to_string()
+                    "You are in the middle of a room. Looking quickly around you, you see nothing."
+                        .to_string()
                 } else {
                     // Objects always sit in a receptacle here, so "next to it" is empty.
-                    format!("You are facing the {}. Next to it, you see nothing.", here.join(", and "))
+                    format!(
+                        "You are facing the {}. Next to it, you see nothing.",
+                        here.join(", and ")
+                    )
                 }
             }
             Action::Help => HELP.to_string(),
@@ -512,16 +572,32 @@ impl World {
     pub fn won(&self) -> bool {
         let t = &self.task;
         let in_target = |o: &Object| {
-            o.inside.is_some_and(|r| self.receptacles[r].class == t.receptacle) && o.class == t.object
+            o.inside
+                .is_some_and(|r| self.receptacles[r].class == t.receptacle)
+                && o.class == t.object
         };
         match t.kind {
             TaskType::PickAndPlace => self.objects.iter().any(in_target),
-            TaskType::Clean => self.objects.iter().any(|o| in_target(o) && o.cleanable() && o.clean),
-            TaskType::Heat => self.objects.iter().any(|o| in_target(o) && o.heatable() && o.hot),
-            TaskType::Cool => self.objects.iter().any(|o| in_target(o) && o.coolable() && o.cool),
+            TaskType::Clean => self
+                .objects
+                .iter()
+                .any(|o| in_target(o) && o.cleanable() && o.clean),
+            TaskType::Heat => self
+                .objects
+                .iter()
+                .any(|o| in_target(o) && o.heatable() && o.hot),
+            TaskType::Cool => self
+                .objects
+                .iter()
+                .any(|o| in_target(o) && o.coolable() && o.cool),
             TaskType::PickTwo => (0..self.receptacles.len()).any(|r| {
                 self.receptacles[r].class == t.receptacle
-                    && self.objects.iter().filter(|o| o.inside == Some(r) && o.class == t.object).count() >= 2
+                    && self
+                        .objects
+                        .iter()
+                        .filter(|o| o.inside == Some(r) && o.class == t.object)
+                        .count()
+                        >= 2
             }),
             TaskType::LookAtInLight => {
                 let holding = self.held.is_some_and(|h| self.objects[h].class == t.object);
@@ -543,7 +619,10 @@ mod tests {
         assert_eq!(render_list::<&str>(&[]), "nothing");
         assert_eq!(render_list(&["apple 1"]), "a apple 1");
         assert_eq!(render_list(&["apple 1", "egg 2"]), "a apple 1, and a egg 2");
-        assert_eq!(render_list(&["a 1", "b 1", "c 1"]), "a a 1, a b 1, and a c 1");
+        assert_eq!(
+            render_list(&["a 1", "b 1", "c 1"]),
+            "a a 1, a b 1, and a c 1"
+        );
     }
 
     #[test]

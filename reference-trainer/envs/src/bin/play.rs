@@ -2,19 +2,25 @@
 //!
 //! `cargo run --release -p t2po-envs --bin play -- search [--seed N] [--passages N] [--task I]
 //! [--expert] [--prompt] [--flavor verl|search-r1]`
+//! `cargo run --release -p t2po-envs --bin play -- alfworld [--seed N] [--split train|valid_seen|valid_unseen]
+//! [--task I] [--expert] [--prompt]`
 //!
-//! Type a model response per line (e.g. `<think>…</think><search>query</search>` or
-//! `<answer>…</answer>`); `--expert` lets the built-in expert play instead; `--prompt` prints
-//! the full verl-agent prompt before each step.
+//! Type a model response per line (Search QA: `<think>…</think><search>query</search>` or
+//! `<answer>…</answer>`; ALFWorld: a command such as `go to fridge 1`, or a full
+//! `<think>…</think><action>…</action>` response); `--expert` lets the built-in expert play
+//! instead; `--prompt` prints the full verl-agent prompt before each step.
 
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, Write};
 use std::sync::Arc;
+use t2po_envs::alfworld::expert::AlfworldExpert;
+use t2po_envs::alfworld::game::{generate_split, Split};
+use t2po_envs::alfworld::AlfworldEnv;
 use t2po_envs::search_qa::corpus::World;
 use t2po_envs::search_qa::expert::ExpertSession;
 use t2po_envs::search_qa::retriever::Bm25Index;
 use t2po_envs::search_qa::{Flavor, SearchQaEnv};
-use t2po_envs::{Env, HistoryEntry};
+use t2po_envs::{Env, HistoryEntry, Projected};
 
 struct Args {
     env: String,
@@ -24,6 +30,7 @@ struct Args {
     expert: bool,
     prompt: bool,
     flavor: Flavor,
+    split: Split,
 }
 
 fn parse() -> Result<Args> {
@@ -37,6 +44,7 @@ fn parse() -> Result<Args> {
         expert: false,
         prompt: false,
         flavor: Flavor::VerlAgent,
+        split: Split::ValidSeen,
     };
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
@@ -53,6 +61,14 @@ fn parse() -> Result<Args> {
                     other => bail!("--flavor verl|search-r1, got {other}"),
                 }
             }
+            "--split" => {
+                a.split = match value("--split")?.as_str() {
+                    "train" => Split::Train,
+                    "valid_seen" => Split::ValidSeen,
+                    "valid_unseen" => Split::ValidUnseen,
+                    other => bail!("--split train|valid_seen|valid_unseen, got {other}"),
+                }
+            }
             other => bail!("unknown argument {other}"),
         }
     }
@@ -61,11 +77,10 @@ fn parse() -> Result<Args> {
 
 fn main() -> Result<()> {
     let args = parse()?;
-    if args.env != "search" {
-        bail!(
-            "environment {:?}: only `search` is implemented so far",
-            args.env
-        );
+    match args.env.as_str() {
+        "search" => {}
+        "alfworld" => return play_alfworld(&args),
+        other => bail!("environment {other:?}: `search` or `alfworld` (WebShop is not built yet)"),
     }
     let world = World::generate(args.seed, args.passages);
     let folder =
@@ -130,6 +145,66 @@ fn main() -> Result<()> {
                 t.reward,
                 t.info.won,
                 env.question().golden_answers
+            );
+            return Ok(());
+        }
+    }
+}
+
+fn play_alfworld(args: &Args) -> Result<()> {
+    let games = generate_split(args.split, args.task + 1, args.seed);
+    let mut env = AlfworldEnv::new(games)?;
+    let first = env.reset(args.task);
+    println!("[{}] {}\n", env.game().name, first.text);
+    let task = env.world().task.clone();
+    let mut expert = AlfworldExpert::new(&task, &first.text);
+    let (mut obs, mut adm) = (first.text.clone(), first.admissible.clone());
+    let mut history: Vec<HistoryEntry> = Vec::new();
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if args.prompt {
+            println!(
+                "----- prompt -----{}------------------",
+                env.prompt(&history, 2)
+            );
+        } else {
+            println!("admissible: {}", adm.join(" | "));
+        }
+        let action = if args.expert {
+            let r = expert.respond(&obs, &adm);
+            println!("> {r}");
+            env.project(&r)
+        } else {
+            print!("> ");
+            std::io::stdout().flush()?;
+            let Some(line) = lines.next() else {
+                return Ok(());
+            };
+            let line = line?;
+            if line.contains("<action>") {
+                env.project(&line)
+            } else {
+                Projected {
+                    action: line.trim().to_lowercase(),
+                    valid: true,
+                }
+            }
+        };
+        let t = env.step(&action);
+        println!("{}\n", t.observation.text);
+        history.push(HistoryEntry {
+            observation: obs.clone(),
+            action: action.action.clone(),
+        });
+        obs = t.observation.text;
+        adm = t.observation.admissible;
+        if t.done {
+            println!(
+                "done after {} step(s): reward {} (won: {})",
+                env.steps(),
+                t.reward,
+                t.info.won
             );
             return Ok(());
         }
