@@ -15,6 +15,7 @@
 
 pub mod alfworld;
 pub mod search_qa;
+pub mod webshop;
 
 /// What the environment shows after `reset` or a step.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,6 +47,24 @@ pub struct Transition {
     pub done: bool,
     /// Success flags and metrics.
     pub info: Info,
+}
+
+impl Transition {
+    /// What a step after the episode ended returns: nothing happens, no reward, still done.
+    pub fn after_end(source: String) -> Self {
+        Self {
+            observation: Observation {
+                text: String::new(),
+                admissible: Vec::new(),
+            },
+            reward: 0.0,
+            done: true,
+            info: Info {
+                source,
+                ..Info::default()
+            },
+        }
+    }
 }
 
 /// Per-step information.

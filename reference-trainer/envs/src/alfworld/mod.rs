@@ -164,18 +164,7 @@ impl Env for AlfworldEnv {
     fn step(&mut self, action: &Projected) -> Transition {
         let source = self.world.task.kind.as_str().to_string();
         if self.done {
-            return Transition {
-                observation: Observation {
-                    text: String::new(),
-                    admissible: Vec::new(),
-                },
-                reward: 0.0,
-                done: true,
-                info: Info {
-                    source,
-                    ..Info::default()
-                },
-            };
+            return Transition::after_end(source);
         }
         self.steps += 1;
         self.observation = self.world.execute(&action.action);

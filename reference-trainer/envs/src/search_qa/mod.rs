@@ -272,18 +272,7 @@ impl Env for SearchQaEnv {
     fn step(&mut self, action: &Projected) -> Transition {
         let source = self.questions[self.current].data_source.clone();
         if self.done {
-            return Transition {
-                observation: Observation {
-                    text: String::new(),
-                    admissible: Vec::new(),
-                },
-                reward: 0.0,
-                done: true,
-                info: Info {
-                    source,
-                    ..Info::default()
-                },
-            };
+            return Transition::after_end(source);
         }
         self.turns += 1;
         self.trajectory.push_str(&action.action);

@@ -1,0 +1,634 @@
+//! The WebShop reward, exactly as `web_agent_site/engine/goal.py` computes it (spec §1.4):
+//! type reward from query/category/title nouns, fuzzy attribute and option matches with
+//! `token_set_ratio > 85` (thefuzz → rapidfuzz semantics, rounded half-to-even), the
+//! `normalize_color` substring quirk and the dict-options-become-tuples quirk, and the price test.
+
+use std::collections::BTreeSet;
+
+/// `COLOR_SET` in its exact order (the first match wins). The spec calls it "100 words"; the
+/// listed set has 102.
+pub const COLOR_SET: [&str; 102] = [
+    "alabaster",
+    "apricot",
+    "aqua",
+    "ash",
+    "asphalt",
+    "azure",
+    "banana",
+    "beige",
+    "black",
+    "blue",
+    "blush",
+    "bordeaux",
+    "bronze",
+    "brown",
+    "burgundy",
+    "camel",
+    "camo",
+    "caramel",
+    "champagne",
+    "charcoal",
+    "cheetah",
+    "chestnut",
+    "chocolate",
+    "christmas",
+    "coffee",
+    "cognac",
+    "copper",
+    "coral",
+    "cranberry",
+    "cream",
+    "crystal",
+    "dark",
+    "denim",
+    "eggplant",
+    "elephant",
+    "espresso",
+    "fuchsia",
+    "gold",
+    "granite",
+    "grape",
+    "graphite",
+    "grass",
+    "gray",
+    "green",
+    "grey",
+    "heather",
+    "indigo",
+    "ivory",
+    "ivy",
+    "khaki",
+    "lavender",
+    "lemon",
+    "leopard",
+    "light",
+    "lilac",
+    "lime",
+    "magenta",
+    "maroon",
+    "mauve",
+    "merlot",
+    "midnight",
+    "mint",
+    "mocha",
+    "multicolor",
+    "mushroom",
+    "mustard",
+    "natural",
+    "navy",
+    "nude",
+    "olive",
+    "orange",
+    "peach",
+    "pewter",
+    "pink",
+    "plum",
+    "purple",
+    "rainbow",
+    "red",
+    "rose",
+    "royal",
+    "rust",
+    "sand",
+    "sapphire",
+    "seashell",
+    "silver",
+    "skull",
+    "slate",
+    "steel",
+    "stone",
+    "stonewash",
+    "sunflower",
+    "tan",
+    "taupe",
+    "teal",
+    "tiger",
+    "turquoise",
+    "violet",
+    "walnut",
+    "wheat",
+    "white",
+    "wine",
+    "yellow",
+];
+
+/// rapidfuzz `default_process` with thefuzz's `force_ascii`: drop U+0080–U+00FF, lowercase,
+/// every non-alphanumeric character (including `_`) becomes a space, trim.
+pub fn full_process(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if ('\u{80}'..='\u{ff}').contains(&c) {
+            continue;
+        }
+        for l in c.to_lowercase() {
+            out.push(if l.is_alphanumeric() { l } else { ' ' });
+        }
+    }
+    out.trim().to_string()
+}
+
+fn lcs(a: &[char], b: &[char]) -> usize {
+    let mut prev = vec![0usize; b.len() + 1];
+    let mut cur = vec![0usize; b.len() + 1];
+    for &x in a {
+        for (j, &y) in b.iter().enumerate() {
+            cur[j + 1] = if x == y {
+                prev[j] + 1
+            } else {
+                cur[j].max(prev[j + 1])
+            };
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+/// `100·(1 − indel/(|x|+|y|))`, `indel = |x| + |y| − 2·LCS` (rapidfuzz's normalized Indel).
+fn indel_ratio(x: &str, y: &str) -> f64 {
+    let (a, b): (Vec<char>, Vec<char>) = (x.chars().collect(), y.chars().collect());
+    let total = a.len() + b.len();
+    if total == 0 {
+        return 100.0;
+    }
+    let indel = total - 2 * lcs(&a, &b);
+    100.0 * (1.0 - indel as f64 / total as f64)
+}
+
+/// Python's `round()`: half to even.
+fn round_half_even(x: f64) -> i64 {
+    let r = x.round();
+    if (x - x.trunc()).abs() == 0.5 && (r as i64) % 2 != 0 {
+        (r - x.signum()) as i64
+    } else {
+        r as i64
+    }
+}
+
+/// thefuzz `token_set_ratio` (an integer in 0..=100).
+pub fn token_set_ratio(s1: &str, s2: &str) -> i64 {
+    let (p1, p2) = (full_process(s1), full_process(s2));
+    if p1.is_empty() || p2.is_empty() {
+        return 0;
+    }
+    let a: BTreeSet<&str> = p1.split_whitespace().collect();
+    let b: BTreeSet<&str> = p2.split_whitespace().collect();
+    let join = |set: Vec<&&str>| set.into_iter().copied().collect::<Vec<_>>().join(" ");
+    let inter = join(a.intersection(&b).collect());
+    let ab = join(a.difference(&b).collect());
+    let ba = join(b.difference(&a).collect());
+    if !inter.is_empty() && (ab.is_empty() || ba.is_empty()) {
+        return 100;
+    }
+    let with = |d: &str| {
+        if inter.is_empty() {
+            d.to_string()
+        } else {
+            format!("{inter} {d}")
+        }
+    };
+    let (t1, t2) = (with(&ab), with(&ba));
+    let mut best = indel_ratio(&t1, &t2);
+    if !inter.is_empty() {
+        best = best
+            .max(indel_ratio(&inter, &t1))
+            .max(indel_ratio(&inter, &t2));
+    }
+    round_half_even(best)
+}
+
+/// An option as the reward sees it: a purchased or human-goal value, or a synthetic goal's
+/// `(name, value)` pair (a Python tuple).
+#[derive(Clone, Debug, PartialEq)]
+pub enum OptionItem {
+    /// A plain string.
+    Text(String),
+    /// A `(name, value)` tuple.
+    Pair(String, String),
+}
+
+impl OptionItem {
+    /// Python `str()` of the item (a tuple prints as `('size', 'xl')`).
+    pub fn python_str(&self) -> String {
+        let repr = |s: &str| {
+            if s.contains('\'') && !s.contains('"') {
+                format!("\"{s}\"")
+            } else {
+                format!("'{}'", s.replace('\'', "\\'"))
+            }
+        };
+        match self {
+            OptionItem::Text(s) => s.clone(),
+            OptionItem::Pair(n, v) => format!("({}, {})", repr(n), repr(v)),
+        }
+    }
+}
+
+/// `normalize_color`: the first `COLOR_SET` word `c` with `c in x` — a substring test for a
+/// string ("standard" → "tan"), an element-equality test for a tuple.
+pub fn normalize_color(x: &OptionItem) -> OptionItem {
+    for c in COLOR_SET {
+        let hit = match x {
+            OptionItem::Text(s) => s.contains(c),
+            OptionItem::Pair(n, v) => n == c || v == c,
+        };
+        if hit {
+            return OptionItem::Text(c.to_string());
+        }
+    }
+    x.clone()
+}
+
+/// A goal's options: a list (human goals) or a dict (synthetic goals; iterated as tuples).
+#[derive(Clone, Debug, PartialEq)]
+pub enum GoalOptions {
+    /// Human goals: option values.
+    List(Vec<String>),
+    /// Synthetic goals: `{name: value}` in insertion order.
+    Dict(Vec<(String, String)>),
+}
+
+impl GoalOptions {
+    /// `len(goal_options)`.
+    pub fn len(&self) -> usize {
+        match self {
+            GoalOptions::List(v) => v.len(),
+            GoalOptions::Dict(v) => v.len(),
+        }
+    }
+    /// Whether there is no option.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn items(&self) -> Vec<OptionItem> {
+        match self {
+            GoalOptions::List(v) => v.iter().map(|s| OptionItem::Text(s.clone())).collect(),
+            GoalOptions::Dict(v) => v
+                .iter()
+                .map(|(n, x)| OptionItem::Pair(n.clone(), x.clone()))
+                .collect(),
+        }
+    }
+}
+
+/// What the reward reads of the goal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RewardGoal {
+    /// The goal product's `query`.
+    pub query: String,
+    /// The goal product's `product_category`.
+    pub product_category: String,
+    /// The goal product's title nouns (lowercased, duplicates kept).
+    pub nouns: Vec<String>,
+    /// Required attributes.
+    pub attributes: Vec<String>,
+    /// Required options.
+    pub goal_options: GoalOptions,
+    /// Price limit.
+    pub price_upper: f64,
+}
+
+/// What the reward reads of the purchased product.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Purchased<'a> {
+    /// `query`.
+    pub query: &'a str,
+    /// `product_category`.
+    pub product_category: &'a str,
+    /// Title nouns (lowercased).
+    pub nouns: &'a [String],
+    /// `Attributes`.
+    pub attributes: &'a [String],
+    /// `Title`.
+    pub title: &'a str,
+    /// `BulletPoints` joined by single spaces.
+    pub bullets_joined: &'a str,
+    /// `Description`.
+    pub description: &'a str,
+    /// The price used for the reward.
+    pub price: f64,
+}
+
+/// The reward and its parts (the original's verbose info).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RewardInfo {
+    /// The total reward.
+    pub reward: f64,
+    /// Type reward.
+    pub r_type: f64,
+    /// `query_match`.
+    pub query_match: bool,
+    /// `category_match`.
+    pub category_match: bool,
+    /// `title_score`.
+    pub title_score: f64,
+    /// Matched goal attributes.
+    pub num_attr_matches: usize,
+    /// Matched goal options.
+    pub num_option_matches: usize,
+    /// `price <= price_upper`.
+    pub r_price: bool,
+}
+
+/// `get_type_reward`: `(r_type, query_match, category_match, title_score)`.
+pub fn type_reward(p: &Purchased, g: &RewardGoal) -> (f64, bool, bool, f64) {
+    let query_match = p.query == g.query;
+    let cats = |s: &str| {
+        s.split('›')
+            .map(|x| x.trim().to_string())
+            .collect::<BTreeSet<_>>()
+    };
+    let category_match = cats(p.product_category)
+        .intersection(&cats(&g.product_category))
+        .count()
+        >= 2;
+    let title_score = if g.nouns.is_empty() {
+        0.2
+    } else {
+        let pn: BTreeSet<&String> = p.nouns.iter().collect();
+        let gn: BTreeSet<&String> = g.nouns.iter().collect();
+        pn.intersection(&gn).count() as f64 / g.nouns.len() as f64
+    };
+    let mut r_type = 1.0;
+    if !(query_match || category_match || title_score > 0.2) {
+        r_type = 0.5;
+    }
+    if title_score < 0.1 {
+        r_type = 0.1;
+    }
+    if title_score == 0.0 {
+        r_type = 0.0;
+    }
+    (r_type, query_match, category_match, title_score)
+}
+
+/// `get_attribute_reward`'s match count.
+pub fn attribute_matches(p: &Purchased, g: &RewardGoal) -> usize {
+    let (title, bullets, desc) = (
+        p.title.to_lowercase(),
+        p.bullets_joined.to_lowercase(),
+        p.description.to_lowercase(),
+    );
+    g.attributes
+        .iter()
+        .filter(|ga| {
+            p.attributes.iter().any(|pa| token_set_ratio(pa, ga) > 85)
+                || title.contains(ga.as_str())
+                || bullets.contains(ga.as_str())
+                || desc.contains(ga.as_str())
+        })
+        .count()
+}
+
+/// `get_option_reward`'s match count for the purchased option values.
+pub fn option_matches(purchased: &[String], goal: &GoalOptions) -> usize {
+    let bought: Vec<String> = purchased
+        .iter()
+        .map(|v| normalize_color(&OptionItem::Text(v.clone())).python_str())
+        .collect();
+    goal.items()
+        .iter()
+        .map(|g| normalize_color(g).python_str())
+        .filter(|g| bought.iter().any(|p| token_set_ratio(p, g) > 85))
+        .count()
+}
+
+/// `get_reward`: the total and its parts. `options` are the chosen option values in the order
+/// they were set.
+pub fn reward(p: &Purchased, g: &RewardGoal, options: &[String]) -> RewardInfo {
+    let (r_type, query_match, category_match, title_score) = type_reward(p, g);
+    let num_attr_matches = attribute_matches(p, g);
+    let num_option_matches = option_matches(options, &g.goal_options);
+    let r_price = p.price <= g.price_upper;
+    let total = (num_attr_matches + num_option_matches + r_price as usize) as f64
+        / (g.attributes.len() + g.goal_options.len() + 1) as f64;
+    RewardInfo {
+        reward: r_type * total,
+        r_type,
+        query_match,
+        category_match,
+        title_score,
+        num_attr_matches,
+        num_option_matches,
+        r_price,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_set_ratio_reference_values() {
+        for (a, b, want) in [
+            ("essential oil", "essential oils", 96),
+            ("light weight", "lightweight", 96),
+            ("xx-large", "x-large", 93),
+            ("pack of 12", "12 pack", 100),
+            ("pack of 12", "12 count", 44),
+            ("x-large", "xl", 22),
+            ("dark blue", "navy", 15),
+            ("small", "medium", 18),
+            ("standard", "tan", 55),
+            ("tea tree", "tea tree oil", 100),
+        ] {
+            assert_eq!(token_set_ratio(a, b), want, "{a:?} vs {b:?}");
+        }
+        assert_eq!(token_set_ratio("", "x"), 0);
+        assert_eq!(token_set_ratio("!!", "x"), 0);
+        assert_eq!(round_half_even(85.5), 86);
+        assert_eq!(round_half_even(86.5), 86);
+    }
+
+    #[test]
+    fn color_normalisation_quirks() {
+        let t = |s: &str| OptionItem::Text(s.to_string());
+        assert_eq!(normalize_color(&t("standard")), t("tan"));
+        assert_eq!(normalize_color(&t("washable")), t("ash"));
+        assert_eq!(normalize_color(&t("dark blue")), t("blue"));
+        assert_eq!(normalize_color(&t("light grey")), t("grey"));
+        assert_eq!(normalize_color(&t("xl")), t("xl"));
+        let pair = OptionItem::Pair("color".into(), "grey".into());
+        assert_eq!(normalize_color(&pair), t("grey"));
+        let pair = OptionItem::Pair("color".into(), "dark grey".into());
+        assert_eq!(
+            normalize_color(&pair),
+            pair,
+            "a tuple only matches a whole color word"
+        );
+        assert_eq!(
+            OptionItem::Pair("size".into(), "XL".into()).python_str(),
+            "('size', 'XL')"
+        );
+        assert_eq!(
+            OptionItem::Pair("size".into(), "men's".into()).python_str(),
+            "('size', \"men's\")"
+        );
+    }
+
+    fn nouns(xs: &[&str]) -> Vec<String> {
+        xs.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The four cases of the original's `test_get_reward` (tests/web-agent-site/engine/test_goal.py),
+    /// with the title noun lists spaCy gives those names.
+    #[test]
+    fn acceptance_cases_of_the_original() {
+        let shoe = nouns(&[
+            "mens",
+            "d.o.n",
+            "issue",
+            "gca",
+            "basketball",
+            "sneakers",
+            "shoes",
+            "casual",
+            "white",
+        ]);
+        let mut goal = RewardGoal {
+            query: "Query 1".into(),
+            product_category: "a › b › c".into(),
+            nouns: shoe.clone(),
+            attributes: nouns(&["tea tree", "essential oils", "natural ingredients"]),
+            goal_options: GoalOptions::Dict(vec![
+                ("color".into(), "grey".into()),
+                ("size".into(), "XL".into()),
+            ]),
+            price_upper: 40.0,
+        };
+        let attrs = nouns(&["tea tree", "essential oil", "natural ingredients"]);
+        let bought = nouns(&["grey", "XL"]);
+        let p = Purchased {
+            query: "Query 1",
+            product_category: "a › b › c",
+            nouns: &shoe,
+            attributes: &attrs,
+            title: "",
+            bullets_joined: "",
+            description: "",
+            price: 35.0,
+        };
+        assert_eq!(reward(&p, &goal, &bought).reward, 1.0);
+
+        // Attributes only in bullets/description. The test passes BulletPoints as a str, which
+        // " ".join() spreads into single characters, so only the description matches.
+        let bullets: String = "This shampoo has essential oils and smells like lemons"
+            .chars()
+            .map(String::from)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let p2 = Purchased {
+            attributes: &[],
+            bullets_joined: &bullets,
+            description: "Best shampoo on the market, made with natural ingredients",
+            ..p.clone()
+        };
+        let r = reward(&p2, &goal, &bought);
+        assert_eq!(r.num_attr_matches, 1);
+        assert!((r.reward - 2.0 / 3.0).abs() < 1e-2, "{r:?}");
+
+        goal.goal_options = GoalOptions::Dict(vec![
+            ("color".into(), "grey".into()),
+            ("size".into(), "XL".into()),
+            ("amount".into(), "pack of 12".into()),
+        ]);
+        let r = reward(&p2, &goal, &bought);
+        assert!((r.reward - 0.5714).abs() < 1e-2, "{r:?}");
+
+        goal.nouns = nouns(&[
+            "saireed", "ul", "prong", "power", "cord", "jbl", "bar", "bar", "channel", "k", "hd",
+            "soundbar",
+        ]);
+        let cord = nouns(&[
+            "brst",
+            "ac",
+            "power",
+            "cord",
+            "outlet",
+            "socket",
+            "cable",
+            "plug",
+            "lead",
+            "panasonic",
+            "sc",
+            "ht830v",
+            "dvd",
+            "vcr",
+            "combo",
+            "home",
+            "theater",
+            "system",
+        ]);
+        let p3 = Purchased {
+            query: "Query 2",
+            product_category: "a › d › e",
+            nouns: &cord,
+            ..p2.clone()
+        };
+        let r = reward(&p3, &goal, &bought);
+        assert!((r.title_score - 0.17).abs() < 1e-2);
+        assert_eq!(r.r_type, 0.5);
+        assert!((r.reward - 0.2857).abs() < 1e-2, "{r:?}");
+    }
+
+    #[test]
+    fn option_reward_cases_of_the_original() {
+        let l = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let goal = GoalOptions::List(l(&["grey", "XL", "pack of 12"]));
+        assert_eq!(option_matches(&l(&["pack of 12", "grey", "XL"]), &goal), 3);
+        assert_eq!(option_matches(&l(&["pack of 12", "blue", "XL"]), &goal), 2);
+        let fuzzy = GoalOptions::List(l(&["cool powder snow", "XL", "pack of 12"]));
+        assert_eq!(
+            option_matches(&l(&["pack of 12", "powder snow", "XL"]), &fuzzy),
+            3
+        );
+        assert_eq!(
+            option_matches(&l(&["goal 1"]), &GoalOptions::List(vec![])),
+            0
+        );
+        assert_eq!(
+            option_matches(&[], &GoalOptions::List(l(&["goal 1", "goal 2"]))),
+            0
+        );
+        // Synthetic dict options read as "name value"; a normalised purchase fails.
+        let dict = GoalOptions::Dict(vec![("size".into(), "standard".into())]);
+        assert_eq!(
+            option_matches(&l(&["standard"]), &dict),
+            0,
+            "standard → tan"
+        );
+    }
+
+    #[test]
+    fn type_reward_cases_of_the_original() {
+        let g = RewardGoal {
+            query: "Query 1".into(),
+            product_category: "a › b › c".into(),
+            nouns: vec!["name".into()],
+            attributes: vec![],
+            goal_options: GoalOptions::List(vec![]),
+            price_upper: 1.0,
+        };
+        let n = vec!["name".to_string()];
+        let mk = |cat: &'static str| Purchased {
+            query: "Query 2",
+            product_category: cat,
+            nouns: &n,
+            attributes: &[],
+            title: "",
+            bullets_joined: "",
+            description: "",
+            price: 0.0,
+        };
+        for (cat, want) in [
+            ("b › c › a", true),
+            ("d › e › f", false),
+            ("a › d › b", true),
+            ("a › a › b", true),
+            ("a › a › d", false),
+        ] {
+            assert_eq!(type_reward(&mk(cat), &g).2, want, "{cat}");
+        }
+        let (r, q, _, t) = type_reward(&mk("a › b › c"), &g);
+        assert_eq!((r, q, t), (1.0, false, 1.0));
+    }
+}

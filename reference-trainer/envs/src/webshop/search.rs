@@ -1,0 +1,258 @@
+//! WebShop search (spec §1.5): BM25 with Pyserini's defaults over
+//! `" ".join([Title, Description, BulletPoints[0], option_text]).lower()`.
+//!
+//! Analyzer (Anserini's DefaultEnglishAnalyzer): a StandardTokenizer (UAX #29 word rules:
+//! letters and digits, joined across `'`/`.` between letters and `.`/`,` between digits) →
+//! lowercase → Lucene's 33 English stopwords → Porter stemmer (the `porter-stemmer` crate, the
+//! original 1980 algorithm as Lucene's PorterStemFilter). Scoring is Lucene ≥ 8 BM25 with
+//! k1 = 0.9, b = 0.4: `idf = ln(1 + (N − df + 0.5)/(df + 0.5))`, per query term
+//! `w − w/(1 + tf·normInverse)` in f32 with the document length stored lossily as Lucene's
+//! SmallFloat byte; ties broken by index order. Hand-written because tantivy fixes k1 = 1.2 and
+//! b = 0.75; what may still differ from Lucene: StandardTokenizer's rarer UAX #29 cases (emoji,
+//! Katakana, URLs), so rankings are near-identical, not guaranteed equal.
+
+use super::data::Product;
+use std::collections::HashMap;
+
+/// Lucene's `EnglishAnalyzer.ENGLISH_STOP_WORDS_SET`.
+pub const STOPWORDS: [&str; 33] = [
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
+    "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these",
+    "they", "this", "to", "was", "will", "with",
+];
+
+/// BM25 `k1`.
+pub const K1: f32 = 0.9;
+/// BM25 `b`.
+pub const B: f32 = 0.4;
+
+/// StandardTokenizer-like word split.
+pub fn tokenize(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for i in 0..chars.len() {
+        let c = chars[i];
+        if c.is_alphanumeric() {
+            cur.push(c);
+            continue;
+        }
+        let (prev, next) = (
+            i.checked_sub(1).map(|j| chars[j]),
+            chars.get(i + 1).copied(),
+        );
+        let joins = match (prev, next) {
+            (Some(p), Some(n)) if !cur.is_empty() => {
+                ((c == '\'' || c == '.') && p.is_alphabetic() && n.is_alphabetic())
+                    || ((c == '.' || c == ',') && p.is_ascii_digit() && n.is_ascii_digit())
+            }
+            _ => false,
+        };
+        if joins {
+            cur.push(c);
+        } else if !cur.is_empty() {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// Lucene `SmallFloat.intToByte4`.
+pub fn int_to_byte4(i: u32) -> u8 {
+    const FREE: u32 = 24;
+    if i < FREE {
+        return i as u8;
+    }
+    let v = (i - FREE) as u64;
+    let bits = 64 - v.leading_zeros();
+    let encoded = if bits < 4 {
+        v as u32
+    } else {
+        let shift = bits - 4;
+        (((v >> shift) as u32) & 0x07) | ((shift + 1) << 3)
+    };
+    (FREE + encoded) as u8
+}
+
+/// Lucene `SmallFloat.byte4ToInt`.
+pub fn byte4_to_int(b: u8) -> u32 {
+    const FREE: u32 = 24;
+    let i = b as u32;
+    if i < FREE {
+        return i;
+    }
+    let e = i - FREE;
+    let bits = e & 0x07;
+    let shift = (e >> 3) as i32 - 1;
+    let decoded = if shift == -1 {
+        bits as u64
+    } else {
+        ((bits | 0x08) as u64) << shift
+    };
+    FREE + decoded as u32
+}
+
+/// The analyzer with a stem cache (the vocabulary is small next to the token count).
+#[derive(Default)]
+pub struct Analyzer {
+    stems: HashMap<String, String>,
+}
+
+impl Analyzer {
+    /// Tokens → lowercase → stopwords dropped → Porter stems.
+    pub fn analyze(&mut self, text: &str) -> Vec<String> {
+        tokenize(text)
+            .into_iter()
+            .map(|t| t.to_lowercase())
+            .filter(|t| !STOPWORDS.contains(&t.as_str()))
+            .map(|t| {
+                if let Some(s) = self.stems.get(&t) {
+                    return s.clone();
+                }
+                let s = porter_stemmer::stem(&t);
+                self.stems.insert(t, s.clone());
+                s
+            })
+            .collect()
+    }
+}
+
+/// The indexed text of a product.
+pub fn indexed_text(p: &Product) -> String {
+    let option_text = p
+        .options
+        .iter()
+        .map(|(name, values)| format!("{name}: {}", values.join(", ")))
+        .collect::<Vec<_>>()
+        .join(", and ");
+    let first_bullet = p.bullet_points.first().map_or("", String::as_str);
+    [
+        p.title.as_str(),
+        p.description.as_str(),
+        first_bullet,
+        option_text.as_str(),
+    ]
+    .join(" ")
+    .to_lowercase()
+}
+
+/// An in-memory BM25 index over products (doc id = product index).
+pub struct Bm25 {
+    postings: HashMap<String, Vec<(u32, u32)>>,
+    norms: Vec<u8>,
+    avgdl: f32,
+    analyzer: Analyzer,
+}
+
+impl Bm25 {
+    /// Indexes the products.
+    pub fn build(products: &[Product]) -> Self {
+        let mut analyzer = Analyzer::default();
+        let mut postings: HashMap<String, Vec<(u32, u32)>> = HashMap::new();
+        let mut norms = Vec::with_capacity(products.len());
+        let mut total: u64 = 0;
+        let mut tf: HashMap<String, u32> = HashMap::new();
+        for (d, p) in products.iter().enumerate() {
+            let terms = analyzer.analyze(&indexed_text(p));
+            total += terms.len() as u64;
+            norms.push(int_to_byte4(terms.len() as u32));
+            tf.clear();
+            for t in terms {
+                *tf.entry(t).or_insert(0) += 1;
+            }
+            for (t, f) in tf.drain() {
+                postings.entry(t).or_default().push((d as u32, f));
+            }
+        }
+        let avgdl = if products.is_empty() {
+            1.0
+        } else {
+            (total as f64 / products.len() as f64) as f32
+        };
+        Self {
+            postings,
+            norms,
+            avgdl,
+            analyzer,
+        }
+    }
+
+    /// Number of documents.
+    pub fn len(&self) -> usize {
+        self.norms.len()
+    }
+
+    /// Whether no document is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.norms.is_empty()
+    }
+
+    /// Top `n` (doc, score), best first, ties by index order. Every query token is a SHOULD
+    /// clause of its own (repeated words count again, as in Lucene's BooleanQuery).
+    pub fn search(&mut self, query: &str, n: usize) -> Vec<(usize, f32)> {
+        let terms = self.analyzer.analyze(&query.to_lowercase());
+        let docs = self.norms.len() as f64;
+        let mut cache = [0f32; 256];
+        for (i, c) in cache.iter_mut().enumerate() {
+            *c = 1.0 / (K1 * ((1.0 - B) + B * byte4_to_int(i as u8) as f32 / self.avgdl));
+        }
+        let mut scores: HashMap<u32, f32> = HashMap::new();
+        for t in &terms {
+            let Some(list) = self.postings.get(t) else {
+                continue;
+            };
+            let df = list.len() as f64;
+            let idf = (1.0 + (docs - df + 0.5) / (df + 0.5)).ln() as f32;
+            for &(d, f) in list {
+                let norm_inverse = cache[self.norms[d as usize] as usize];
+                let s = idf - idf / (1.0 + f as f32 * norm_inverse);
+                *scores.entry(d).or_insert(0.0) += s;
+            }
+        }
+        let mut ranked: Vec<(usize, f32)> =
+            scores.into_iter().map(|(d, s)| (d as usize, s)).collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.truncate(n);
+        ranked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenizer_follows_word_rules() {
+        assert_eq!(
+            tokenize("Women's X-Large, 3.5 oz U.S.A. 1,000"),
+            ["Women's", "X", "Large", "3.5", "oz", "U.S.A", "1,000"]
+        );
+        assert_eq!(tokenize("4K ultra-hd"), ["4K", "ultra", "hd"]);
+        let mut a = Analyzer::default();
+        assert_eq!(
+            a.analyze("The running shoes are for hiking"),
+            ["run", "shoe", "hike"]
+        );
+    }
+
+    #[test]
+    fn smallfloat_round_trips_small_and_is_lossy_large() {
+        for i in 0..24 {
+            assert_eq!(byte4_to_int(int_to_byte4(i)), i);
+        }
+        for i in [24u32, 25, 31, 40, 100, 1000, 123_456] {
+            let d = byte4_to_int(int_to_byte4(i));
+            assert!(d <= i && d as f64 >= i as f64 * 0.85, "{i} → {d}");
+        }
+        // Monotone.
+        let mut last = 0;
+        for i in 0..5000u32 {
+            let b = int_to_byte4(i);
+            assert!(b >= last);
+            last = b;
+        }
+    }
+}
