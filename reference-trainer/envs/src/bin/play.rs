@@ -5,6 +5,9 @@
 //! `cargo run --release -p t2po-envs --bin play -- alfworld [--seed N] [--split train|valid_seen|valid_unseen]
 //! [--task I] [--expert] [--prompt]`
 //!
+//! `cargo run --release -p t2po-envs --bin play -- webshop [--seed N] [--passages PRODUCTS] [--task I]
+//! [--expert] [--prompt]`
+//!
 //! Type a model response per line (Search QA: `<think>…</think><search>query</search>` or
 //! `<answer>…</answer>`; ALFWorld: a command such as `go to fridge 1`, or a full
 //! `<think>…</think><action>…</action>` response); `--expert` lets the built-in expert play
@@ -20,6 +23,8 @@ use t2po_envs::search_qa::corpus::World;
 use t2po_envs::search_qa::expert::ExpertSession;
 use t2po_envs::search_qa::retriever::Bm25Index;
 use t2po_envs::search_qa::{Flavor, SearchQaEnv};
+use t2po_envs::webshop::expert::WebshopExpert;
+use t2po_envs::webshop::{GoalMode, Shop, WebshopEnv, WebshopSplit};
 use t2po_envs::{Env, HistoryEntry, Projected};
 
 struct Args {
@@ -80,7 +85,8 @@ fn main() -> Result<()> {
     match args.env.as_str() {
         "search" => {}
         "alfworld" => return play_alfworld(&args),
-        other => bail!("environment {other:?}: `search` or `alfworld` (WebShop is not built yet)"),
+        "webshop" => return play_webshop(&args),
+        other => bail!("environment {other:?}: `search`, `alfworld` or `webshop`"),
     }
     let world = World::generate(args.seed, args.passages);
     let folder =
@@ -205,6 +211,67 @@ fn play_alfworld(args: &Args) -> Result<()> {
                 env.steps(),
                 t.reward,
                 t.info.won
+            );
+            return Ok(());
+        }
+    }
+}
+
+fn play_webshop(args: &Args) -> Result<()> {
+    let shop = Shop::generated(
+        args.seed,
+        args.passages.min(20_000),
+        GoalMode::Synthetic,
+        args.seed,
+    );
+    let mut env = WebshopEnv::new(shop, WebshopSplit::Test, args.seed)?;
+    let first = env.reset(args.task);
+    println!("task: {}\nobservation: {}", env.task(), first.text);
+    let mut expert = WebshopExpert::default();
+    let mut history: Vec<HistoryEntry> = Vec::new();
+    let mut obs = first.text.clone();
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if args.prompt {
+            println!(
+                "----- prompt -----{}------------------",
+                env.prompt(&history, 2)
+            );
+        } else {
+            println!("actions: {}", env.actions().join(" "));
+        }
+        let action = if args.expert {
+            let r = expert.respond(env.session(), &env.shop().catalog, env.goal());
+            println!("> {r}");
+            env.project(&r)
+        } else {
+            print!("> ");
+            std::io::stdout().flush()?;
+            let Some(line) = lines.next() else {
+                return Ok(());
+            };
+            let line = line?;
+            if line.contains("<action>") {
+                env.project(&line)
+            } else {
+                Projected {
+                    action: line.trim().to_lowercase(),
+                    valid: true,
+                }
+            }
+        };
+        let t = env.step(&action);
+        println!("observation: {}\n", t.observation.text);
+        history.push(HistoryEntry {
+            observation: obs.clone(),
+            action: action.action.clone(),
+        });
+        obs = t.observation.text;
+        if t.done {
+            println!(
+                "done: task score {} (won: {}, RL reward {})",
+                t.info.score, t.info.won, t.reward
             );
             return Ok(());
         }
