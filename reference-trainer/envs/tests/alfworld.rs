@@ -308,6 +308,10 @@ fn real_format_fixture_loads_and_plays_with_golden_feedback() {
         ),
         ("go to stoveburner 2", "Nothing happens."),
         (
+            "look",
+            "You are facing the stoveburner 2, and stoveburner 1. Next to it, you see nothing.",
+        ),
+        (
             "examine stoveburner 2",
             "On the stoveburner 2, you see nothing.",
         ),
@@ -425,6 +429,11 @@ fn real_format_fixture_loads_and_plays_with_golden_feedback() {
         .observation
         .text
         .starts_with("\nAvailable commands:\n  look:"));
+    assert!(t
+        .observation
+        .text
+        .contains("\n  move (object) to (receptacle):  place an object in or on a receptacle\n"));
+    assert_eq!(t.observation.text.lines().count(), 15);
     let t = env.step(&t2po_envs::Projected {
         action: "  move apple 1 to sidetable 1 ".into(),
         valid: true,

@@ -182,8 +182,8 @@ pub enum Action {
     Help,
 }
 
-/// The help text of the 0.4+ grammar.
-pub const HELP: &str = "\nAvailable commands:\n  look:                             look around your current location\n  inventory:                        check your current inventory\n  go to (receptacle):               move to a receptacle\n  open (receptacle):                open a receptacle\n  close (receptacle):               close a receptacle\n  take (object) from (receptacle):  take an object from a receptacle\n  move (object) to (receptacle):    place an object in or on a receptacle\n  examine (something):              examine a receptacle or an object\n  use (object):                     use an object\n  heat (object) with (receptacle):  heat an object using a receptacle\n  clean (object) with (receptacle): clean an object using a receptacle\n  cool (object) with (receptacle):  cool an object using a receptacle\n  slice (object) with (object):     slice an object using a sharp object\n";
+/// The help text of the 0.4+ grammar (`alfred.twl2`, byte for byte).
+pub const HELP: &str = "\nAvailable commands:\n  look:                             look around your current location\n  inventory:                        check your current inventory\n  go to (receptacle):               move to a receptacle\n  open (receptacle):                open a receptacle\n  close (receptacle):               close a receptacle\n  take (object) from (receptacle):  take an object from a receptacle\n  move (object) to (receptacle):  place an object in or on a receptacle\n  examine (something):              examine a receptacle or an object\n  use (object):                     use an object\n  heat (object) with (receptacle):  heat an object using a receptacle\n  clean (object) with (receptacle): clean an object using a receptacle\n  cool (object) with (receptacle):  cool an object using a receptacle\n  slice (object) with (object):     slice an object using a sharp object\n";
 
 /// The world state of one game.
 #[derive(Clone, Debug, PartialEq)]
@@ -451,9 +451,9 @@ impl World {
             _ if k => format!("This is a clean {n}."),
             _ if c => format!("This is a cold {n}."),
             _ if obj.toggleable() => {
-                format!("This {n} is {}.", if obj.on { "on" } else { "off" })
+                format!("This {n} is {}.", if obj.toggled { "on" } else { "off" })
             }
-            _ if s => format!("This is a sliced {n}."),
+            _ if s && obj.sliceable() => format!("This is a sliced {n}."),
             _ => format!("There's nothing special about {n}."),
         }
     }
@@ -557,11 +557,13 @@ impl World {
                     "You are in the middle of a room. Looking quickly around you, you see nothing."
                         .to_string()
                 } else {
-                    // Objects always sit in a receptacle here, so "next to it" is empty.
-                    format!(
-                        "You are facing the {}. Next to it, you see nothing.",
-                        here.join(", and ")
-                    )
+                    // `[{r.name | …}]`: the grammar's list of names (no article); objects always sit
+                    // in a receptacle here, so "next to it" is empty.
+                    let names = match here.len() {
+                        1 => here[0].to_string(),
+                        n => format!("{}, and {}", here[..n - 1].join(", "), here[n - 1]),
+                    };
+                    format!("You are facing the {names}. Next to it, you see nothing.")
                 }
             }
             Action::Help => HELP.to_string(),
