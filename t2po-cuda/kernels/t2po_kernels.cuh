@@ -542,14 +542,24 @@ T2PO_HD void t2po_control_block(unsigned b, unsigned split, unsigned splits, voi
   __threadfence();
 #endif
   // Phase 3 (the row's last block): merge partials and candidates.
+  // Other blocks wrote these during this launch: read them through volatile (no stale L1).
   T2PO_THREADS_BEGIN(tid)
   t2po_partial p = t2po_partial_empty();
-  for (unsigned s = tid; s < splits; s += T2PO_BLOCK) p = t2po_partial_merge(p, parts[(unsigned long long)b * splits + s]);
+  for (unsigned s = tid; s < splits; s += T2PO_BLOCK) {
+    const volatile t2po_partial* vp = parts + (unsigned long long)b * splits + s;
+    t2po_partial q;
+    q.m = vp->m;
+    q.s = vp->s;
+    q.t = vp->t;
+    q.bad = vp->bad;
+    q.n = vp->n;
+    p = t2po_partial_merge(p, q);
+  }
   sc->part[tid] = p;
-  // Gather every chunk's candidates into vals (splits·j ≤ T2PO_MAX_CHUNK, checked by the host).
+  // Gather every chunk's candidates into vals (splits·64 + 64 ≤ T2PO_MAX_CHUNK, checked by the host).
   for (unsigned s = 0; s < splits; ++s) {
-    unsigned cn = cand_n[(unsigned long long)b * splits + s];
-    const float* src = cand + ((unsigned long long)b * splits + s) * T2PO_J_CAP;
+    unsigned cn = ((const volatile unsigned*)cand_n)[(unsigned long long)b * splits + s];
+    const volatile float* src = cand + ((unsigned long long)b * splits + s) * T2PO_J_CAP;
     for (unsigned i = tid; i < T2PO_J_CAP; i += T2PO_BLOCK) vals[s * T2PO_J_CAP + i] = i < cn ? src[i] : -T2PO_INF;
   }
   T2PO_THREADS_END

@@ -95,6 +95,17 @@ pub fn open_context() -> Result<Arc<CudaContext>, GpuError> {
     }
 }
 
+/// Where the previous step's emitted tokens come from.
+#[derive(Clone, Copy, Debug)]
+pub enum PrevTokens<'a> {
+    /// No token to accept (the first step of a generation).
+    None,
+    /// Host memory (copied before the launch).
+    Host(&'a [i32]),
+    /// A device buffer the sampler wrote (no copy).
+    Device(&'a CudaSlice<i32>),
+}
+
 /// A batch of sequences controlled on the GPU.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
@@ -111,6 +122,7 @@ pub struct Gpu {
     cand_n: CudaSlice<u32>,
     done: CudaSlice<u32>,
     prev: CudaSlice<i32>,
+    no_tokens: CudaSlice<i32>,
     stats: CudaSlice<u8>,
     steps: CudaSlice<u8>,
 }
@@ -151,6 +163,7 @@ impl Gpu {
             cand_n: stream.alloc_zeros::<u32>(blocks)?,
             done: stream.alloc_zeros::<u32>(batch as usize)?,
             prev: stream.alloc_zeros::<i32>(batch as usize)?,
+            no_tokens: stream.clone_htod(&vec![-1i32; batch as usize])?,
             stats: stream.alloc_zeros::<u8>(batch as usize * std::mem::size_of::<TokenStats>())?,
             steps: stream.alloc_zeros::<u8>(batch as usize * std::mem::size_of::<Step>())?,
             ctx,
@@ -172,6 +185,11 @@ impl Gpu {
     /// The context.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
+    }
+
+    /// Sequences in the batch.
+    pub fn batch(&self) -> usize {
+        self.batch as usize
     }
 
     /// The launch plan.
@@ -199,14 +217,15 @@ impl Gpu {
     }
 
     /// Launches one control step without waiting: `logits` holds `batch` rows of `dtype`
-    /// elements, row `b` at element `b · row_stride`; `prev_tokens` (−1: none) are accepted
-    /// first. Results stay on the device until [`Gpu::results`].
+    /// elements, row `b` at element `b · row_stride`; the previous step's tokens (−1: none) are
+    /// accepted first — from the host, from a device buffer the sampler wrote (no copy), or none.
+    /// Results stay on the device until [`Gpu::results`].
     pub fn launch<T: cudarc::driver::DeviceRepr>(
         &mut self,
         logits: &mut CudaSlice<T>,
         dtype: Dtype,
         row_stride: usize,
-        prev_tokens: Option<&[i32]>,
+        prev_tokens: PrevTokens<'_>,
         mode: Mode,
     ) -> Result<(), GpuError> {
         let needed = (self.batch as usize - 1) * row_stride + self.vocab as usize;
@@ -221,19 +240,29 @@ impl Gpu {
                 self.batch
             )));
         }
-        if let Some(prev) = prev_tokens {
-            if prev.len() != self.batch as usize {
-                return Err(GpuError::Size(format!(
-                    "{} previous tokens for a batch of {}",
-                    prev.len(),
-                    self.batch
-                )));
+        let batch = self.batch as usize;
+        let tokens: &CudaSlice<i32> = match prev_tokens {
+            PrevTokens::None => &self.no_tokens,
+            PrevTokens::Host(prev) => {
+                if prev.len() != batch {
+                    return Err(GpuError::Size(format!(
+                        "{} previous tokens for a batch of {batch}",
+                        prev.len()
+                    )));
+                }
+                self.stream.memcpy_htod(prev, &mut self.prev)?;
+                &self.prev
             }
-            self.stream.memcpy_htod(prev, &mut self.prev)?;
-        } else {
-            let none = vec![-1i32; self.batch as usize];
-            self.stream.memcpy_htod(&none, &mut self.prev)?;
-        }
+            PrevTokens::Device(prev) => {
+                if prev.len() < batch {
+                    return Err(GpuError::Size(format!(
+                        "{} previous tokens for a batch of {batch}",
+                        prev.len()
+                    )));
+                }
+                prev
+            }
+        };
         let cfg = LaunchConfig {
             grid_dim: (self.plan.splits, self.batch, 1),
             block_dim: (BLOCK, 1, 1),
@@ -257,13 +286,14 @@ impl Gpu {
             .arg(&mut self.cand_n)
             .arg(&mut self.done)
             .arg(&mut self.seqs)
-            .arg(&self.prev)
+            .arg(tokens)
             .arg(&bits)
             .arg(&mut self.stats)
             .arg(&mut self.steps);
         // SAFETY: the argument list matches `t2po_control_step`'s signature in
         // kernels/t2po_kernels.cu one for one; every buffer was sized for this batch, plan and
-        // vocabulary (logits checked above), and the dynamic shared memory is the plan's.
+        // vocabulary (logits and tokens checked above), and the dynamic shared memory is the
+        // plan's.
         unsafe { b.launch(cfg) }?;
         Ok(())
     }

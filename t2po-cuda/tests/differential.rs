@@ -384,7 +384,7 @@ fn device_path_skips_cleanly_without_a_gpu() {
                 &mut dev_rows,
                 Dtype::F32,
                 151_936,
-                None,
+                gpu::PrevTokens::None,
                 Mode {
                     control: true,
                     override_logits: false,

@@ -19,7 +19,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr};
 use half::{bf16, f16};
 use std::time::Instant;
 use t2po_control::{token_stats, Config, Sequence, Status, ThinkStart};
-use t2po_cuda::gpu::{self, Gpu, GpuError};
+use t2po_cuda::gpu::{self, Gpu, GpuError, PrevTokens};
 use t2po_cuda::{Dtype, Mode};
 
 const V: usize = 151_936;
@@ -114,7 +114,7 @@ fn launch_any(
     f: &mut Option<CudaSlice<f32>>,
     h: &mut Option<CudaSlice<u16>>,
     dtype: Dtype,
-    prev: Option<&[i32]>,
+    prev: PrevTokens<'_>,
     mode: Mode,
 ) -> Result<(), GpuError> {
     match (f, h) {
@@ -144,7 +144,7 @@ fn check_stats(failures: &mut Vec<String>) -> Result<(), GpuError> {
                     &mut f,
                     &mut h,
                     dtype,
-                    None,
+                    PrevTokens::None,
                     Mode {
                         control: false,
                         override_logits: false,
@@ -213,7 +213,7 @@ fn check_control(failures: &mut Vec<String>) -> Result<(), GpuError> {
             &mut f,
             &mut h,
             Dtype::F32,
-            Some(&prev),
+            PrevTokens::Host(&prev),
             Mode {
                 control: true,
                 override_logits: true,
@@ -357,9 +357,18 @@ fn time_rotating<T: DeviceRepr>(
         control: true,
         override_logits: false,
     };
-    // The launch alone is timed: events around it on the stream (no host copies inside).
+    // The full step as an engine runs it: the sampled tokens are already on the device, so the
+    // events bracket the launch alone. The first launch has nothing to accept.
+    let tokens = g.stream().clone_htod(&vec![100i32; g.batch()])?;
+    g.launch(&mut bufs[0], dtype, V, PrevTokens::None, mode)?;
     for _ in 0..10 {
-        g.launch(&mut bufs[i % n], dtype, V, None, mode)?;
+        g.launch(
+            &mut bufs[i % n],
+            dtype,
+            V,
+            PrevTokens::Device(&tokens),
+            mode,
+        )?;
         i += 1;
     }
     g.stream().synchronize()?;
@@ -368,7 +377,13 @@ fn time_rotating<T: DeviceRepr>(
         let start = g
             .stream()
             .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-        g.launch(&mut bufs[i % n], dtype, V, None, mode)?;
+        g.launch(
+            &mut bufs[i % n],
+            dtype,
+            V,
+            PrevTokens::Device(&tokens),
+            mode,
+        )?;
         let end = g
             .stream()
             .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?;
