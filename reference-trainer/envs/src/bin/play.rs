@@ -25,7 +25,7 @@ use t2po_envs::search_qa::retriever::Bm25Index;
 use t2po_envs::search_qa::{Flavor, SearchQaEnv};
 use t2po_envs::webshop::expert::WebshopExpert;
 use t2po_envs::webshop::{GoalMode, Shop, WebshopEnv, WebshopSplit};
-use t2po_envs::{Env, HistoryEntry, Projected};
+use t2po_envs::{Env, HistoryEntry, Observation, Projected};
 
 struct Args {
     env: String,
@@ -80,14 +80,105 @@ fn parse() -> Result<Args> {
     Ok(a)
 }
 
+/// Plays one episode: a person types responses (or bare commands), or `expert` answers; prints
+/// the observation after each step and, with `--prompt`, the full prompt before it.
+fn drive<E: Env>(
+    env: &mut E,
+    first: Observation,
+    args: &Args,
+    history_length: usize,
+    mut expert: impl FnMut(&E, &str, &[String]) -> String,
+) -> Result<()> {
+    let mut history: Vec<HistoryEntry> = Vec::new();
+    let (mut obs, mut adm) = (first.text, first.admissible);
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if args.prompt {
+            println!(
+                "----- prompt -----{}------------------",
+                env.prompt(&history, history_length)
+            );
+        } else if !adm.is_empty() {
+            println!("admissible: {}", adm.join(" | "));
+        }
+        let action = if args.expert {
+            let r = expert(env, &obs, &adm);
+            println!("> {r}");
+            env.project(&r)
+        } else {
+            print!("> ");
+            std::io::stdout().flush()?;
+            let Some(line) = lines.next() else {
+                return Ok(());
+            };
+            let line = line?;
+            // A full response goes through the projection; a bare command is taken as is.
+            if line.contains("</") {
+                env.project(&line)
+            } else {
+                Projected {
+                    action: line.trim().to_string(),
+                    valid: true,
+                }
+            }
+        };
+        let t = env.step(&action);
+        println!(
+            "action {:?} ({}); observation: {}\n",
+            action.action,
+            if action.valid { "valid" } else { "invalid" },
+            t.observation.text
+        );
+        history.push(HistoryEntry {
+            observation: obs.clone(),
+            action: action.action.clone(),
+        });
+        obs = t.observation.text;
+        adm = t.observation.admissible;
+        if t.done {
+            println!(
+                "done: task score {} (won: {}, reward {}); source {}",
+                t.info.score, t.info.won, t.reward, t.info.source
+            );
+            return Ok(());
+        }
+    }
+}
+
 fn main() -> Result<()> {
     let args = parse()?;
     match args.env.as_str() {
-        "search" => {}
-        "alfworld" => return play_alfworld(&args),
-        "webshop" => return play_webshop(&args),
+        "search" => play_search(&args),
+        "alfworld" => {
+            let mut env = AlfworldEnv::new(generate_split(args.split, args.task + 1, args.seed))?;
+            let first = env.reset(args.task);
+            println!("[{}] {}\n", env.game().name, first.text);
+            let mut expert = AlfworldExpert::new(&env.world().task.clone(), &first.text);
+            drive(&mut env, first, &args, 2, |_, obs, adm| {
+                expert.respond(obs, adm)
+            })
+        }
+        "webshop" => {
+            let shop = Shop::generated(
+                args.seed,
+                args.passages.min(20_000),
+                GoalMode::Synthetic,
+                args.seed,
+            );
+            let mut env = WebshopEnv::new(shop, WebshopSplit::Test, args.seed)?;
+            let first = env.reset(args.task);
+            println!("task: {}\nobservation: {}", env.task(), first.text);
+            let mut expert = WebshopExpert::default();
+            drive(&mut env, first, &args, 2, |env, _, _| {
+                expert.respond(env.session(), &env.shop().catalog, env.goal())
+            })
+        }
         other => bail!("environment {other:?}: `search`, `alfworld` or `webshop`"),
     }
+}
+
+fn play_search(args: &Args) -> Result<()> {
     let world = World::generate(args.seed, args.passages);
     let folder =
         std::env::temp_dir().join(format!("t2po-play-search-{}-{}", args.seed, args.passages));
@@ -108,172 +199,10 @@ fn main() -> Result<()> {
     let first = env.reset(args.task);
     println!("[{}] question: {}", env.question().data_source, first.text);
     let mut expert = ExpertSession::new(&first.text);
-    let mut history: Vec<HistoryEntry> = Vec::new();
-    let mut last_obs: Option<String> = None;
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    loop {
-        if args.prompt {
-            println!(
-                "----- prompt -----{}------------------",
-                env.prompt(&history, 4)
-            );
-        }
-        let response = if args.expert {
-            let r = expert.respond(last_obs.as_deref());
-            println!("> {r}");
-            r
-        } else {
-            print!("> ");
-            std::io::stdout().flush()?;
-            match lines.next() {
-                Some(line) => line?,
-                None => return Ok(()),
-            }
-        };
-        let action = env.project(&response);
-        let t = env.step(&action);
-        println!(
-            "action {:?} ({}); observation: {}",
-            action.action,
-            if action.valid { "valid" } else { "invalid" },
-            t.observation.text
-        );
-        history.push(HistoryEntry {
-            observation: last_obs.clone().unwrap_or_else(|| first.text.clone()),
-            action: action.action,
-        });
-        last_obs = Some(t.observation.text);
-        if t.done {
-            println!(
-                "done after {} turn(s): reward {} (won: {}); golden answers {:?}",
-                env.turns(),
-                t.reward,
-                t.info.won,
-                env.question().golden_answers
-            );
-            return Ok(());
-        }
-    }
-}
-
-fn play_alfworld(args: &Args) -> Result<()> {
-    let games = generate_split(args.split, args.task + 1, args.seed);
-    let mut env = AlfworldEnv::new(games)?;
-    let first = env.reset(args.task);
-    println!("[{}] {}\n", env.game().name, first.text);
-    let task = env.world().task.clone();
-    let mut expert = AlfworldExpert::new(&task, &first.text);
-    let (mut obs, mut adm) = (first.text.clone(), first.admissible.clone());
-    let mut history: Vec<HistoryEntry> = Vec::new();
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    loop {
-        if args.prompt {
-            println!(
-                "----- prompt -----{}------------------",
-                env.prompt(&history, 2)
-            );
-        } else {
-            println!("admissible: {}", adm.join(" | "));
-        }
-        let action = if args.expert {
-            let r = expert.respond(&obs, &adm);
-            println!("> {r}");
-            env.project(&r)
-        } else {
-            print!("> ");
-            std::io::stdout().flush()?;
-            let Some(line) = lines.next() else {
-                return Ok(());
-            };
-            let line = line?;
-            if line.contains("<action>") {
-                env.project(&line)
-            } else {
-                Projected {
-                    action: line.trim().to_lowercase(),
-                    valid: true,
-                }
-            }
-        };
-        let t = env.step(&action);
-        println!("{}\n", t.observation.text);
-        history.push(HistoryEntry {
-            observation: obs.clone(),
-            action: action.action.clone(),
-        });
-        obs = t.observation.text;
-        adm = t.observation.admissible;
-        if t.done {
-            println!(
-                "done after {} step(s): reward {} (won: {})",
-                env.steps(),
-                t.reward,
-                t.info.won
-            );
-            return Ok(());
-        }
-    }
-}
-
-fn play_webshop(args: &Args) -> Result<()> {
-    let shop = Shop::generated(
-        args.seed,
-        args.passages.min(20_000),
-        GoalMode::Synthetic,
-        args.seed,
-    );
-    let mut env = WebshopEnv::new(shop, WebshopSplit::Test, args.seed)?;
-    let first = env.reset(args.task);
-    println!("task: {}\nobservation: {}", env.task(), first.text);
-    let mut expert = WebshopExpert::default();
-    let mut history: Vec<HistoryEntry> = Vec::new();
-    let mut obs = first.text.clone();
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    loop {
-        if args.prompt {
-            println!(
-                "----- prompt -----{}------------------",
-                env.prompt(&history, 2)
-            );
-        } else {
-            println!("actions: {}", env.actions().join(" "));
-        }
-        let action = if args.expert {
-            let r = expert.respond(env.session(), &env.shop().catalog, env.goal());
-            println!("> {r}");
-            env.project(&r)
-        } else {
-            print!("> ");
-            std::io::stdout().flush()?;
-            let Some(line) = lines.next() else {
-                return Ok(());
-            };
-            let line = line?;
-            if line.contains("<action>") {
-                env.project(&line)
-            } else {
-                Projected {
-                    action: line.trim().to_lowercase(),
-                    valid: true,
-                }
-            }
-        };
-        let t = env.step(&action);
-        println!("observation: {}\n", t.observation.text);
-        history.push(HistoryEntry {
-            observation: obs.clone(),
-            action: action.action.clone(),
-        });
-        obs = t.observation.text;
-        if t.done {
-            println!(
-                "done: task score {} (won: {}, RL reward {})",
-                t.info.score, t.info.won, t.reward
-            );
-            return Ok(());
-        }
-    }
+    let mut started = false;
+    drive(&mut env, first, args, 4, |_, obs, _| {
+        let r = expert.respond(started.then_some(obs));
+        started = true;
+        r
+    })
 }
