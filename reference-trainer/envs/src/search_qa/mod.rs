@@ -71,7 +71,7 @@ pub fn search_r1_prompt(question: &str) -> String {
 }
 
 /// Python's `json.dumps` of a string (default `ensure_ascii=True`): quotes, `\"`, `\\`, the short
-/// escapes `\n \r \t \b \f`, `\u00XX` for other control characters and DEL, and `\uXXXX`
+/// escapes `\n \r \t \b \f`, `\u00hh` for other control characters and DEL, and `\uhhhh`
 /// (lowercase hex, surrogate pairs above U+FFFF) for every non-ASCII character.
 pub fn python_json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
