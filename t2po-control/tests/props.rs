@@ -7,8 +7,7 @@
 
 use proptest::prelude::*;
 use t2po_control::{
-    Config, Error, Event, Keep, Norm, Sequence, Tds, TdsRule, Term, ThinkStart, TokenStats,
-    Trigger, TurnMean,
+    Config, Error, Event, Keep, Sequence, Tds, TdsRule, ThinkStart, TokenStats, Trigger,
 };
 
 const OPEN: u32 = 50;
@@ -289,7 +288,6 @@ proptest! {
         };
         prop_assert_eq!(decide_all(&signal_only), decide_all(&paper));
         prop_assert_eq!(decide_all(&trigger_only), decide_all(&paper));
-        let _ = (Norm::RunningMinMax, Term::Direct, TurnMean::Geometric);
     }
 
     /// M_t of the paper profile equals a naive running min–max recomputation.
