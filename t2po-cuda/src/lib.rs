@@ -47,6 +47,30 @@ impl Dtype {
             Dtype::Bf16 | Dtype::F16 => 2,
         }
     }
+
+    /// Rounds f32 values to this 16-bit type: the raw bits (what the kernels read) and the
+    /// exactly widened values (what a CPU reference should see); `None` for `F32`.
+    pub fn encode_half(self, xs: &[f32]) -> Option<(Vec<u16>, Vec<f32>)> {
+        let bits: Vec<u16> = match self {
+            Dtype::F32 => return None,
+            Dtype::Bf16 => xs
+                .iter()
+                .map(|&x| half::bf16::from_f32(x).to_bits())
+                .collect(),
+            Dtype::F16 => xs
+                .iter()
+                .map(|&x| half::f16::from_f32(x).to_bits())
+                .collect(),
+        };
+        let wide = bits
+            .iter()
+            .map(|&b| match self {
+                Dtype::Bf16 => half::bf16::from_bits(b).to_f32(),
+                _ => half::f16::from_bits(b).to_f32(),
+            })
+            .collect();
+        Some((bits, wide))
+    }
 }
 
 /// What a control step does besides the statistics.

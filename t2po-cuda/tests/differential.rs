@@ -8,7 +8,7 @@
 //! - the device path skips cleanly without a GPU, and NVRTC compiles the kernels for sm_90
 //!   when libnvrtc can be loaded.
 
-use half::{bf16, f16};
+use half::f16;
 use proptest::prelude::*;
 use t2po_control::{token_stats, Config, Sequence, Step, ThinkStart, TokenStats};
 use t2po_cuda::{gpu, host, plan, Dtype, Mode};
@@ -49,20 +49,8 @@ fn kernel_stats(
     let flat: Vec<f32> = rows.iter().flatten().copied().collect();
     let (mut raw, widened): (Vec<u8>, Vec<Vec<f32>>) = match dtype {
         Dtype::F32 => (bytes_f32(&flat), rows.to_vec()),
-        Dtype::Bf16 => {
-            let h: Vec<u16> = flat.iter().map(|&x| bf16::from_f32(x).to_bits()).collect();
-            let w = h
-                .iter()
-                .map(|&b| bf16::from_bits(b).to_f32())
-                .collect::<Vec<_>>();
-            (bytes_u16(&h), w.chunks(vocab).map(|c| c.to_vec()).collect())
-        }
-        Dtype::F16 => {
-            let h: Vec<u16> = flat.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
-            let w = h
-                .iter()
-                .map(|&b| f16::from_bits(b).to_f32())
-                .collect::<Vec<_>>();
+        Dtype::Bf16 | Dtype::F16 => {
+            let (h, w) = dtype.encode_half(&flat).expect("a 16-bit type");
             (bytes_u16(&h), w.chunks(vocab).map(|c| c.to_vec()).collect())
         }
     };

@@ -16,7 +16,7 @@
 //! Exit status: 0 all checks passed, 1 a check failed, 2 no GPU.
 
 use cudarc::driver::{CudaSlice, DeviceRepr};
-use half::{bf16, f16};
+use half::bf16;
 use std::time::Instant;
 use t2po_control::{token_stats, Config, Sequence, Status, ThinkStart};
 use t2po_cuda::gpu::{self, Gpu, GpuError, PrevTokens};
@@ -80,26 +80,7 @@ fn upload(g: &Gpu, rows: &[Vec<f32>], dtype: Dtype) -> Result<Uploaded, GpuError
     Ok(match dtype {
         Dtype::F32 => (Some(g.stream().clone_htod(&flat)?), None, rows.to_vec()),
         Dtype::Bf16 | Dtype::F16 => {
-            let bits: Vec<u16> = flat
-                .iter()
-                .map(|&x| {
-                    if dtype == Dtype::Bf16 {
-                        bf16::from_f32(x).to_bits()
-                    } else {
-                        f16::from_f32(x).to_bits()
-                    }
-                })
-                .collect();
-            let wide: Vec<f32> = bits
-                .iter()
-                .map(|&b| {
-                    if dtype == Dtype::Bf16 {
-                        bf16::from_bits(b).to_f32()
-                    } else {
-                        f16::from_bits(b).to_f32()
-                    }
-                })
-                .collect();
+            let (bits, wide) = dtype.encode_half(&flat).expect("a 16-bit type");
             (
                 None,
                 Some(g.stream().clone_htod(&bits)?),

@@ -3,7 +3,6 @@
 //! streaming readers for the real files (the full product file is 5 GB: products are visited one
 //! at a time, never held as JSON), the optional title-noun sidecar, and writers of the same formats.
 
-use super::reward::OptionItem;
 use crate::search_qa::corpus::Rng;
 use anyhow::{Context, Result};
 use serde::de::{DeserializeSeed, Error as _, MapAccess, SeqAccess, Visitor};
@@ -254,6 +253,16 @@ pub fn reward_price(p: &Product, rng: &mut Rng) -> f64 {
     }
 }
 
+/// A streaming JSON deserializer over a file (1 MiB buffer).
+fn json_file(
+    path: &Path,
+) -> Result<serde_json::Deserializer<serde_json::de::IoRead<BufReader<std::fs::File>>>> {
+    let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
+    Ok(serde_json::Deserializer::from_reader(
+        BufReader::with_capacity(1 << 20, file),
+    ))
+}
+
 /// Applies `each` to every element of a top-level JSON list, streaming.
 pub fn stream_list<T: for<'de> Deserialize<'de>>(
     path: &Path,
@@ -280,8 +289,7 @@ pub fn stream_list<T: for<'de> Deserialize<'de>>(
             Ok(n)
         }
     }
-    let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
-    let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 20, file));
+    let mut de = json_file(path)?;
     let n = Seed(&mut each, std::marker::PhantomData)
         .deserialize(&mut de)
         .with_context(|| format!("{}: expected a JSON list of records", path.display()))?;
@@ -316,8 +324,7 @@ pub fn stream_map<T: for<'de> Deserialize<'de>>(
             Ok(n)
         }
     }
-    let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
-    let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 20, file));
+    let mut de = json_file(path)?;
     let n = Seed(&mut each, std::marker::PhantomData)
         .deserialize(&mut de)
         .with_context(|| format!("{}: expected a JSON object keyed by asin", path.display()))?;
@@ -393,13 +400,6 @@ pub fn write_map<T: Serialize>(path: &Path, items: &[(String, T)]) -> Result<()>
     let f = std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
     serde_json::to_writer(std::io::BufWriter::new(f), &Value::Object(map))?;
     Ok(())
-}
-
-impl Product {
-    /// The chosen option values as the reward reads them.
-    pub fn option_items(values: &[String]) -> Vec<OptionItem> {
-        values.iter().map(|v| OptionItem::Text(v.clone())).collect()
-    }
 }
 
 #[cfg(test)]
