@@ -34,6 +34,15 @@ pub enum Error {
         /// What was expected.
         message: String,
     },
+    /// A TOML file did not parse: a syntax error, an unknown key or a wrong type (the message
+    /// shows the key and its line).
+    #[error("{path}: {message}")]
+    Toml {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
     /// A checkpoint misses a tensor, has one of the wrong shape, or one nobody asked for.
     #[error("{path}: tensor `{tensor}`: {message}")]
     Checkpoint {

@@ -13,6 +13,57 @@ use reference_trainer::rollout::{
     SamplingParams, Split,
 };
 use reference_trainer::tokenizer::Tokenizer;
+use reference_trainer::train::{
+    train, Reporter, RolloutSummary, RunOptions, RunResult, TrainConfig,
+};
+
+/// Log lines on stdout; one progress bar per phase on stderr (indicatif draws nothing when
+/// stderr is not a terminal, so logs and CI stay clean).
+struct CliReporter {
+    quiet: bool,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl CliReporter {
+    fn new(quiet: bool) -> Self {
+        Self { quiet, bar: None }
+    }
+}
+
+impl Reporter for CliReporter {
+    fn line(&mut self, text: &str) {
+        match &self.bar {
+            Some(b) => b.suspend(|| println!("{text}")),
+            None => println!("{text}"),
+        }
+    }
+
+    fn begin(&mut self, phase: &str, total: usize) {
+        if self.quiet {
+            return;
+        }
+        let bar = indicatif::ProgressBar::new(total as u64);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{prefix:>10} [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta})",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_prefix(phase.to_string());
+        self.bar = Some(bar);
+    }
+
+    fn advance(&mut self, done: usize) {
+        if let Some(b) = &self.bar {
+            b.set_position(done as u64);
+        }
+    }
+
+    fn end(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -35,13 +86,110 @@ enum DeviceArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum SplitArg {
+    Train,
+    Test,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum Profile {
     Paper,
     Released,
 }
 
+/// Flags shared by the training commands.
+#[derive(clap::Args, Clone)]
+struct RunArgs {
+    /// The environment (its shipped config, `reference-trainer/configs/<env>.toml`, unless
+    /// --config is given).
+    #[arg(long, value_enum, default_value = "alfworld")]
+    env: EnvKind,
+    /// A TOML config (every key required; see the shipped ones).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override the config's seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Override the config's number of RL iterations.
+    #[arg(long)]
+    iterations: Option<usize>,
+    /// The output folder (default: runs/<env>-seed<seed>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Where the model runs (`cuda` needs a build with `--features cuda`).
+    #[arg(long, value_enum, default_value = "cpu")]
+    device: DeviceArg,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Train: the cold start (SFT on expert demonstrations, then rejection sampling), then T²PO
+    /// RL, with held-out evaluation, checkpoints, metrics.jsonl, plots and a results table.
+    Train {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Continue the run in --out from its latest checkpoint.
+        #[arg(long)]
+        resume: bool,
+        /// Start from this Hugging Face checkpoint instead of the random-initialised default.
+        #[arg(long)]
+        init: Option<PathBuf>,
+        /// Skip the cold start (RL alone).
+        #[arg(long)]
+        no_cold_start: bool,
+        /// Skip RL (the cold start alone; same as `rft`).
+        #[arg(long)]
+        no_rl: bool,
+    },
+    /// The cold start alone: SFT on the experts' demonstrations and rejection-sampling
+    /// fine-tuning; writes OUT/cold-start (a Hugging Face checkpoint) and its evaluation.
+    Rft {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Start from this Hugging Face checkpoint instead of the random-initialised default.
+        #[arg(long)]
+        init: Option<PathBuf>,
+    },
+    /// Evaluate a checkpoint on an environment split: success, task score, think tokens/turn,
+    /// turns/episode, TTI and TDS rates.
+    Eval {
+        /// The environment.
+        #[arg(long, value_enum, default_value = "alfworld")]
+        env: EnvKind,
+        /// A TOML config (rollout and control settings; default: the shipped one).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The checkpoint folder (e.g. runs/…/checkpoints/iter-000008 or runs/…/cold-start).
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// `test` (held-out, the default) or `train`.
+        #[arg(long, default_value = "test")]
+        split: SplitArg,
+        /// Tasks (default: the config's eval_tasks).
+        #[arg(long)]
+        tasks: Option<usize>,
+        /// Episodes per task (default: the config's eval_episodes).
+        #[arg(long)]
+        episodes: Option<usize>,
+        /// Override the config's seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Where the model runs.
+        #[arg(long, value_enum, default_value = "cpu")]
+        device: DeviceArg,
+    },
+    /// The paper's comparison at small scale: T²PO, GiGPO, GRPO, T²PO −TTI, T²PO −TDS with the
+    /// same budget from the same cold start, over several seeds; prints a markdown table.
+    Ablate {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Seeds (the config's seed, +1, +2, …).
+        #[arg(long, default_value_t = 3)]
+        seeds: usize,
+    },
     /// Sample episodes from the embedded default model (or a checkpoint) and print each turn:
     /// think length, M_t summary, whether and why TTI fired, TDS tries, the action, the reward.
     Generate {
@@ -97,8 +245,210 @@ fn main() {
     }
 }
 
+fn device_of(d: DeviceArg) -> Result<Device> {
+    Ok(match d {
+        DeviceArg::Cpu => Device::Cpu,
+        DeviceArg::Cuda => Device::new_cuda(0)
+            .context("--device cuda (a build with `--features cuda` and a GPU)")?,
+    })
+}
+
+fn config_of(run: &RunArgs) -> Result<TrainConfig> {
+    let mut cfg = match &run.config {
+        Some(path) => {
+            let cfg = TrainConfig::load(path)?;
+            if cfg.env != run.env
+                && std::env::args().any(|a| a == "--env" || a.starts_with("--env="))
+            {
+                anyhow::bail!(
+                    "--env {} but {} is a config for {}",
+                    run.env.as_str(),
+                    path.display(),
+                    cfg.env.as_str()
+                );
+            }
+            cfg
+        }
+        None => TrainConfig::default_for(run.env)?,
+    };
+    if let Some(s) = run.seed {
+        cfg.seed = s;
+    }
+    if let Some(n) = run.iterations {
+        cfg.train.iterations = n;
+    }
+    cfg.validate(std::path::Path::new("<command line>"))?;
+    Ok(cfg)
+}
+
+fn out_of(run: &RunArgs, cfg: &TrainConfig, what: &str) -> PathBuf {
+    run.out.clone().unwrap_or_else(|| {
+        PathBuf::from("runs").join(format!("{}{what}-seed{}", cfg.env.as_str(), cfg.seed))
+    })
+}
+
+fn finish(result: &RunResult, cfg: &TrainConfig) {
+    println!();
+    print!(
+        "{}",
+        reference_trainer::train::run::results_table(
+            cfg,
+            result.before.as_ref(),
+            result.after.as_ref()
+        )
+    );
+    println!();
+    println!(
+        "{} RL iterations, {:.1} s; metrics {}; table {}",
+        result.iterations,
+        result.seconds,
+        result.metrics.display(),
+        result.results.display()
+    );
+    if let Some(c) = &result.checkpoint {
+        println!("checkpoint {}", c.display());
+    }
+    for p in &result.plots {
+        println!("plot {}", p.display());
+    }
+}
+
 fn run() -> Result<()> {
     match Cli::parse().command {
+        Command::Train {
+            run,
+            resume,
+            init,
+            no_cold_start,
+            no_rl,
+        } => {
+            let cfg = config_of(&run)?;
+            let out = out_of(&run, &cfg, "");
+            let mut rep = CliReporter::new(run.quiet);
+            let result = train(
+                cfg.clone(),
+                &RunOptions {
+                    out,
+                    resume,
+                    explicit_config: run.config.is_some()
+                        || run.seed.is_some()
+                        || run.iterations.is_some(),
+                    init,
+                    device: device_of(run.device)?,
+                    cold_start: !no_cold_start,
+                    rl: !no_rl,
+                },
+                &mut rep,
+            )?;
+            finish(&result, &cfg);
+            Ok(())
+        }
+        Command::Rft { run, init } => {
+            let cfg = config_of(&run)?;
+            let out = out_of(&run, &cfg, "-rft");
+            let mut rep = CliReporter::new(run.quiet);
+            let result = train(
+                cfg.clone(),
+                &RunOptions {
+                    out: out.clone(),
+                    resume: false,
+                    explicit_config: true,
+                    init,
+                    device: device_of(run.device)?,
+                    cold_start: true,
+                    rl: false,
+                },
+                &mut rep,
+            )?;
+            finish(&result, &cfg);
+            println!("cold-start policy {}", out.join("cold-start").display());
+            Ok(())
+        }
+        Command::Eval {
+            env,
+            config,
+            checkpoint: ckpt,
+            split,
+            tasks,
+            episodes,
+            seed,
+            device,
+        } => {
+            let mut cfg = match &config {
+                Some(p) => TrainConfig::load(p)?,
+                None => TrainConfig::default_for(env)?,
+            };
+            if let Some(s) = seed {
+                cfg.seed = s;
+            }
+            if let Some(t) = tasks {
+                cfg.train.eval_tasks = t;
+            }
+            if let Some(e) = episodes {
+                cfg.train.eval_episodes = e;
+            }
+            cfg.validate(std::path::Path::new("<command line>"))?;
+            let device = device_of(device)?;
+            let model = checkpoint::load(&ckpt, DType::F32, &device)?;
+            let tok = Tokenizer::load(ckpt.join("tokenizer.json"))?;
+            let pool = reference_trainer::train::run::pool_for(&cfg)?;
+            let mut rep = CliReporter::new(false);
+            let split = match split {
+                SplitArg::Train => Split::Train,
+                SplitArg::Test => Split::Test,
+            };
+            let n = cfg.train.eval_tasks.min(pool.num_tasks(split));
+            let task_ids: Vec<usize> = (0..n).collect();
+            let (records, stats, secs) = reference_trainer::train::rft::run_episodes(
+                &model,
+                &tok,
+                &pool,
+                &cfg,
+                split,
+                &task_ids,
+                cfg.train.eval_episodes,
+                cfg.train.eval_temperature,
+                cfg.seed,
+                &mut rep,
+            )?;
+            let s = RolloutSummary::of(&records, &stats, secs);
+            println!("{}", serde_json::to_string_pretty(&s)?);
+            println!(
+                "| {} ({:?}, {} episodes) | success rate | task score | think tokens/turn | turns/episode |\n|---|---|---|---|---|\n| {} | {:.3} | {:.3} | {:.1} | {:.2} |",
+                cfg.env.as_str(),
+                split,
+                s.episodes,
+                ckpt.display(),
+                s.success_rate,
+                s.score,
+                s.think_tokens_per_turn,
+                s.turns_per_episode
+            );
+            Ok(())
+        }
+        Command::Ablate { run, seeds } => {
+            let cfg = config_of(&run)?;
+            let out = run.out.clone().unwrap_or_else(|| {
+                PathBuf::from("runs").join(format!("ablate-{}", cfg.env.as_str()))
+            });
+            let seeds: Vec<u64> = (0..seeds as u64).map(|i| cfg.seed + i).collect();
+            let mut rep = CliReporter::new(run.quiet);
+            let (_, table) = reference_trainer::train::ablate::ablate(
+                &cfg,
+                &seeds,
+                &out,
+                &device_of(run.device)?,
+                &mut rep,
+            )?;
+            println!();
+            println!("{table}");
+            println!(
+                "written to {} (curves: {})",
+                out.join("ablation.md").display(),
+                out.join("ablation_success.png").display()
+            );
+            Ok(())
+        }
         Command::Generate {
             env,
             checkpoint: ckpt,

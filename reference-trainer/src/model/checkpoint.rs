@@ -87,7 +87,8 @@ pub fn load_weights(dir: &Path) -> Result<HashMap<String, Tensor>> {
     Ok(out)
 }
 
-fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
+/// Reads every tensor of one safetensors file, on the CPU.
+pub fn read_safetensors(path: &Path) -> Result<HashMap<String, Tensor>> {
     let bytes = fs::read(path).map_err(|e| Error::io(path, e))?;
     candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| Error::Checkpoint {
         path: path.into(),
@@ -169,6 +170,11 @@ fn remove_if_present(path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(path, e)),
     }
+}
+
+/// Writes named tensors to one safetensors file (atomically), e.g. an optimizer's state.
+pub fn write_safetensors(path: &Path, tensors: &[(&str, &Tensor)]) -> Result<()> {
+    write_shard(path, tensors)
 }
 
 fn write_shard(path: &Path, tensors: &[(&str, &Tensor)]) -> Result<()> {

@@ -620,6 +620,23 @@ impl Qwen3 {
     /// Only the scored positions go through the LM head, which keeps the `[N, V]` temporary
     /// as small as the loss needs.
     pub fn token_log_probs(&self, seqs: &[Vec<u32>], start: &[usize]) -> Result<TokenLogProbs> {
+        self.token_log_probs_at(seqs, start, 1.0)
+    }
+
+    /// [`token_log_probs`](Self::token_log_probs) of the distribution the sampler draws from at
+    /// `temperature` (logits divided by it), so PPO's ratios compare like with like.
+    pub fn token_log_probs_at(
+        &self,
+        seqs: &[Vec<u32>],
+        start: &[usize],
+        temperature: f64,
+    ) -> Result<TokenLogProbs> {
+        if !(temperature.is_finite() && temperature > 0.0) {
+            return Err(Error::invalid(
+                "temperature",
+                format!("{temperature}: must be a positive number"),
+            ));
+        }
         if start.len() != seqs.len() {
             return Err(Error::invalid("start", "one start per sequence"));
         }
@@ -649,7 +666,10 @@ impl Qwen3 {
         let picked = hidden
             .reshape((b * l, self.cfg.hidden_size))?
             .index_select(&rows, 0)?;
-        let logits = self.lm_head(&picked)?;
+        let mut logits = self.lm_head(&picked)?;
+        if temperature != 1.0 {
+            logits = (logits / temperature)?;
+        }
         let logp = ops::log_softmax_last(&logits)?;
         let log_probs = logp.gather(&targets.unsqueeze(1)?, 1)?.squeeze(1)?;
         let entropy = (logp.exp()? * &logp)?.sum(D::Minus1)?.neg()?;

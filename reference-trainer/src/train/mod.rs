@@ -1,9 +1,22 @@
-//! Training: the optimizer ([`optimizer`]) and supervised fine-tuning on demonstrations
-//! ([`sft`], the cold start's first stage). The RL loop (rollout → advantages → PPO updates),
-//! rejection sampling, evaluation, checkpoints with resume and metrics come next.
+//! Training: the config ([`config`]), the optimizer ([`optimizer`]), supervised fine-tuning
+//! ([`sft`]) and the cold start ([`rft`]), the PPO update ([`ppo`]), checkpoints with resume
+//! ([`state`]), metrics ([`metrics`]), curves ([`plots`]) and the run that ties them together
+//! ([`run`]).
 
+pub mod ablate;
+pub mod config;
+pub mod metrics;
 pub mod optimizer;
+pub mod plots;
+pub mod ppo;
+pub mod rft;
+pub mod run;
 pub mod sft;
+pub mod state;
 
+pub use config::TrainConfig;
+pub use metrics::{MetricsLine, MetricsLog, RolloutSummary, UpdateReport};
 pub use optimizer::{Accumulated, AdamW, AdamWConfig, StepReport};
+pub use rft::Reporter;
+pub use run::{train, RunOptions, RunResult};
 pub use sft::{expert_demos, sft_step, Demo, SftReport};

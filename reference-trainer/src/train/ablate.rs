@@ -1,0 +1,279 @@
+//! The paper's comparison at small scale: the same RL budget from the same cold-start policy
+//! (one per seed) for T²PO, GiGPO (no TTI, no TDS), GRPO (no TTI, no TDS, episode advantage
+//! only), T²PO −TTI and T²PO −TDS; a markdown table of held-out results (mean ± std over
+//! seeds) and a chart of held-out success per variant.
+
+use std::path::{Path, PathBuf};
+
+use super::config::TrainConfig;
+use super::metrics::{MetricsLog, RolloutSummary};
+use super::plots::{write_png, Chart, PlotError, Series};
+use super::rft::Reporter;
+use super::run::{train, RunOptions};
+use crate::algo::Estimator;
+use crate::error::{Error, Result};
+use candle_core::Device;
+
+/// One arm of the comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// TTI + TDS on GiGPO.
+    T2po,
+    /// GiGPO without TTI and TDS.
+    Gigpo,
+    /// GRPO without TTI and TDS.
+    Grpo,
+    /// T²PO without TTI.
+    NoTti,
+    /// T²PO without TDS.
+    NoTds,
+}
+
+impl Variant {
+    /// All arms, in table order.
+    pub const ALL: [Variant; 5] = [
+        Variant::T2po,
+        Variant::Gigpo,
+        Variant::Grpo,
+        Variant::NoTti,
+        Variant::NoTds,
+    ];
+
+    /// Its name in tables and folders.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::T2po => "T2PO",
+            Variant::Gigpo => "GiGPO",
+            Variant::Grpo => "GRPO",
+            Variant::NoTti => "T2PO-TTI",
+            Variant::NoTds => "T2PO-TDS",
+        }
+    }
+
+    /// `base` changed to this arm.
+    pub fn apply(self, base: &TrainConfig) -> TrainConfig {
+        let mut c = base.clone();
+        let (tti, tds, est) = match self {
+            Variant::T2po => (true, true, Estimator::Gigpo),
+            Variant::Gigpo => (false, false, Estimator::Gigpo),
+            Variant::Grpo => (false, false, Estimator::Grpo),
+            Variant::NoTti => (false, true, Estimator::Gigpo),
+            Variant::NoTds => (true, false, Estimator::Gigpo),
+        };
+        c.control.tti = tti;
+        c.control.tds = tds;
+        c.algo.estimator = est;
+        c
+    }
+}
+
+/// One arm's result over the seeds.
+#[derive(Clone, Debug)]
+pub struct ArmResult {
+    /// The arm.
+    pub variant: Variant,
+    /// Held-out evaluation after RL, one per seed.
+    pub after: Vec<RolloutSummary>,
+    /// Wall seconds of RL, one per seed.
+    pub seconds: Vec<f64>,
+    /// Held-out success per evaluation iteration, one curve per seed.
+    pub curves: Vec<Vec<(f64, f64)>>,
+}
+
+fn mean_std(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let m = v.iter().sum::<f64>() / n.max(1.0);
+    let s = if v.len() > 1 {
+        (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    (m, s)
+}
+
+/// Runs every arm for every seed under `out`; returns the arms and the markdown table (also
+/// written to `out/ablation.md`, with `out/ablation_success.png`).
+pub fn ablate(
+    base: &TrainConfig,
+    seeds: &[u64],
+    out: &Path,
+    device: &Device,
+    rep: &mut dyn Reporter,
+) -> Result<(Vec<ArmResult>, String)> {
+    if seeds.is_empty() {
+        return Err(Error::invalid("--seeds", "at least one seed"));
+    }
+    let mut arms: Vec<ArmResult> = Variant::ALL
+        .iter()
+        .map(|&v| ArmResult {
+            variant: v,
+            after: Vec::new(),
+            seconds: Vec::new(),
+            curves: Vec::new(),
+        })
+        .collect();
+    for &seed in seeds {
+        let mut cfg = base.clone();
+        cfg.seed = seed;
+        let cold_out = out.join(format!("seed-{seed}")).join("cold");
+        rep.line(&format!("ablation seed {seed}: cold start"));
+        let cold = train(
+            cfg.clone(),
+            &RunOptions {
+                out: cold_out.clone(),
+                resume: true,
+                explicit_config: false,
+                init: None,
+                device: device.clone(),
+                cold_start: true,
+                rl: false,
+            },
+            rep,
+        )?;
+        let _ = cold;
+        let init: PathBuf = cold_out.join("cold-start");
+        for arm in &mut arms {
+            rep.line(&format!("ablation seed {seed}: {}", arm.variant.name()));
+            let vcfg = arm.variant.apply(&cfg);
+            let dir = out.join(format!("seed-{seed}")).join(arm.variant.name());
+            let r = train(
+                vcfg,
+                &RunOptions {
+                    out: dir.clone(),
+                    resume: true,
+                    explicit_config: false,
+                    init: Some(init.clone()),
+                    device: device.clone(),
+                    cold_start: false,
+                    rl: true,
+                },
+                rep,
+            )?;
+            let lines = MetricsLog::new(dir.join("metrics.jsonl")).read()?;
+            arm.curves.push(
+                lines
+                    .iter()
+                    .filter_map(|l| {
+                        l.eval
+                            .as_ref()
+                            .map(|e| (l.iteration as f64, e.success_rate))
+                    })
+                    .collect(),
+            );
+            arm.seconds.push(
+                lines
+                    .iter()
+                    .filter(|l| l.stage == "rl")
+                    .map(|l| l.seconds)
+                    .sum(),
+            );
+            arm.after.push(r.after.unwrap_or_default());
+        }
+    }
+    let table = table(base, seeds, &arms);
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    crate::model::checkpoint::write_atomic(&out.join("ablation.md"), table.as_bytes())?;
+    let chart = Chart {
+        title: format!(
+            "Held-out success, {} (mean over {} seeds)",
+            base.env.as_str(),
+            seeds.len()
+        ),
+        x_label: "RL iteration".into(),
+        y_label: "success rate".into(),
+        series: arms
+            .iter()
+            .map(|a| Series {
+                name: a.variant.name().into(),
+                points: mean_curve(&a.curves),
+            })
+            .collect(),
+    };
+    match write_png(&out.join("ablation_success.png"), &chart, 900, 520) {
+        Ok(()) | Err(PlotError::Empty { .. }) => {}
+        Err(e) => return Err(Error::invalid("plot", e.to_string())),
+    }
+    Ok((arms, table))
+}
+
+fn mean_curve(curves: &[Vec<(f64, f64)>]) -> Vec<(f64, f64)> {
+    let Some(first) = curves.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .map(|&(x, _)| {
+            let ys: Vec<f64> = curves
+                .iter()
+                .filter_map(|c| c.iter().find(|p| p.0 == x).map(|p| p.1))
+                .collect();
+            (x, mean_std(&ys).0)
+        })
+        .collect()
+}
+
+/// The markdown table of the arms.
+pub fn table(base: &TrainConfig, seeds: &[u64], arms: &[ArmResult]) -> String {
+    let mut s = format!(
+        "{} , {} RL iterations × {} tasks × {} episodes, seeds {:?}; held-out: {} tasks × {} episodes\n\n\
+         | method | held-out success (mean ± std) | task score | think tokens/turn | turns/episode | TDS resample rate | RL wall time (s) |\n\
+         |---|---|---|---|---|---|---|\n",
+        base.env.as_str(),
+        base.train.iterations,
+        base.rollout.tasks_per_iteration,
+        base.rollout.group_size,
+        seeds,
+        base.train.eval_tasks,
+        base.train.eval_episodes,
+    );
+    for a in arms {
+        let f = |g: &dyn Fn(&RolloutSummary) -> f64| {
+            mean_std(&a.after.iter().map(g).collect::<Vec<_>>())
+        };
+        let (sm, ss) = f(&|e| e.success_rate);
+        let (sc, _) = f(&|e| e.score);
+        let (th, _) = f(&|e| e.think_tokens_per_turn);
+        let (tu, _) = f(&|e| e.turns_per_episode);
+        let (rs, _) = f(&|e| e.tds_resample_rate);
+        let (wt, _) = mean_std(&a.seconds);
+        s.push_str(&format!(
+            "| {} | {sm:.3} ± {ss:.3} | {sc:.3} | {th:.1} | {tu:.2} | {rs:.3} | {wt:.0} |\n",
+            a.variant.name()
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::EnvKind;
+
+    #[test]
+    fn the_arms_switch_exactly_what_their_names_say() {
+        let base = TrainConfig::default_for(EnvKind::Alfworld).unwrap();
+        let get = |v: Variant| {
+            let c = v.apply(&base);
+            (c.control.tti, c.control.tds, c.algo.estimator)
+        };
+        assert_eq!(get(Variant::T2po), (true, true, Estimator::Gigpo));
+        assert_eq!(get(Variant::Gigpo), (false, false, Estimator::Gigpo));
+        assert_eq!(get(Variant::Grpo), (false, false, Estimator::Grpo));
+        assert_eq!(get(Variant::NoTti), (false, true, Estimator::Gigpo));
+        assert_eq!(get(Variant::NoTds), (true, false, Estimator::Gigpo));
+        // Nothing else changes.
+        let mut c = Variant::Grpo.apply(&base);
+        c.control.tti = base.control.tti;
+        c.control.tds = base.control.tds;
+        c.algo.estimator = base.algo.estimator;
+        assert_eq!(c, base);
+    }
+
+    #[test]
+    fn mean_and_unbiased_std() {
+        assert_eq!(mean_std(&[1.0, 3.0]), (2.0, 2f64.sqrt()));
+        assert_eq!(mean_std(&[5.0]), (5.0, 0.0));
+        let c = mean_curve(&[vec![(0.0, 0.2), (4.0, 0.4)], vec![(0.0, 0.4), (4.0, 0.6)]]);
+        assert!((c[0].1 - 0.3).abs() < 1e-12 && (c[1].1 - 0.5).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,786 @@
+//! The training config: one TOML file per environment (`reference-trainer/configs/*.toml`,
+//! embedded in the binary as the defaults), parsed strictly — an unknown key or a wrong type is
+//! a parse error that shows the key, a value out of range is an error naming `section.key` and
+//! the allowed range — and turned into the rollout, advantage, loss and optimizer settings.
+//!
+//! The shipped values are the tiny default model's (a ~1 M-parameter Qwen3 from random init on
+//! two CPU cores); each line's comment gives the paper's setting (spec §5) where it differs.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::algo::{
+    AdvantageConfig, EpisodeStats, Estimator, LossConfig, NormMode, ReturnConfig, StepGrouping,
+};
+use crate::error::{Error, Result};
+use crate::model::Qwen3Config;
+use crate::rollout::{ControlSwitches, EnvKind, ProfileName, RolloutConfig, SamplingParams};
+use crate::tokenizer::ControlTokens;
+use crate::train::AdamWConfig;
+
+/// The embedded default config of `env` (the file `configs/<env>.toml`).
+pub fn embedded(env: EnvKind) -> &'static str {
+    match env {
+        EnvKind::Webshop => include_str!("../../configs/webshop.toml"),
+        EnvKind::Alfworld => include_str!("../../configs/alfworld.toml"),
+        EnvKind::Search => include_str!("../../configs/search.toml"),
+    }
+}
+
+/// A whole training run's settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    /// `webshop`, `alfworld` or `search`.
+    pub env: EnvKind,
+    /// Seed of data, weights, task order and sampling.
+    pub seed: u64,
+    /// The random-initialised model (ignored when a checkpoint is given).
+    pub model: ModelSection,
+    /// Rollout shape.
+    pub rollout: RolloutSection,
+    /// TTI / TDS.
+    pub control: ControlSection,
+    /// Returns, advantages and the PPO loss.
+    pub algo: AlgoSection,
+    /// AdamW and batching of the RL updates.
+    pub optim: OptimSection,
+    /// The cold start.
+    pub rft: RftSection,
+    /// Iterations, evaluation and checkpoints.
+    pub train: LoopSection,
+}
+
+/// Shape of the random-initialised Qwen3.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// Residual width.
+    pub hidden_size: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (divides the query heads).
+    pub num_key_value_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+}
+
+/// Rollout shape.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutSection {
+    /// Episodes per task (the GRPO/GiGPO group).
+    pub group_size: usize,
+    /// Training tasks per iteration.
+    pub tasks_per_iteration: usize,
+    /// Turn limit.
+    pub max_turns: usize,
+    /// Memory window P.
+    pub history_length: usize,
+    /// Response cap in tokens.
+    pub max_response_tokens: usize,
+    /// Prompt cap in tokens.
+    pub max_prompt_tokens: usize,
+    /// Sampling temperature.
+    pub temperature: f32,
+    /// Nucleus mass.
+    pub top_p: f32,
+}
+
+/// TTI / TDS switches and parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlSection {
+    /// Token-level thinking intervention.
+    pub tti: bool,
+    /// Turn-level dynamical sampling.
+    pub tds: bool,
+    /// `paper` or `released` rules.
+    pub profile: ProfileName,
+    /// Baseline: only the think budget cuts thinking.
+    pub hard_budget: bool,
+    /// SimpleTIR: drop trajectories with a void turn from the loss.
+    pub filter_void: bool,
+    /// L_min: think tokens before the convergence rule may fire.
+    pub min_len: u32,
+    /// L_max: think budget.
+    pub max_think: u32,
+    /// N: window of |ΔM|.
+    pub window: u32,
+    /// ε of the convergence rule.
+    pub epsilon: f32,
+    /// η of TDS.
+    pub eta: f32,
+    /// B_max: resamples per turn.
+    pub max_resamples: u32,
+}
+
+/// Returns, advantages and the loss.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlgoSection {
+    /// `gigpo` or `grpo`.
+    pub estimator: Estimator,
+    /// γ.
+    pub gamma: f64,
+    /// λ: subtracted from an invalid turn's score and return.
+    pub format_penalty: f64,
+    /// ω: weight of GiGPO's step term.
+    pub step_weight: f64,
+    /// `mean` or `mean_std` normalisation.
+    pub norm: Norm,
+    /// Step groups by anchor similarity ≥ this (Search QA 0.9); 1.0 = identical anchors.
+    pub anchor_similarity: f64,
+    /// ε_low of the PPO clip.
+    pub clip_low: f64,
+    /// ε_high of the PPO clip.
+    pub clip_high: f64,
+    /// Dual-clip constant c (> 1).
+    pub clip_ratio_c: f64,
+    /// Entropy bonus.
+    pub entropy_coef: f64,
+    /// k3 KL to the reference policy (0: none).
+    pub kl_coef: f64,
+}
+
+/// Group normalisation, as the config spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Norm {
+    /// `v − mean`.
+    Mean,
+    /// `(v − mean) / (std + ε)`.
+    MeanStd,
+}
+
+/// AdamW and update batching.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimSection {
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Decoupled weight decay.
+    pub weight_decay: f64,
+    /// Global-norm gradient clip (0: off).
+    pub grad_clip: f64,
+    /// Linear warm-up steps.
+    pub warmup_steps: u64,
+    /// Optimizer steps per iteration (PPO mini-batches over the iteration's rows).
+    pub mini_batches: usize,
+    /// Token budget of one micro-batch (padded rows × length); gradients accumulate across.
+    pub micro_batch_tokens: usize,
+}
+
+/// The cold start: SFT on the experts' demonstrations, then rejection sampling.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RftSection {
+    /// Training tasks whose expert episodes are the demonstrations (0: no demonstration SFT).
+    pub demo_tasks: usize,
+    /// Epochs over the demonstrations.
+    pub demo_epochs: usize,
+    /// Demonstrations per optimizer step.
+    pub batch_size: usize,
+    /// Learning rate of the cold start.
+    pub lr: f64,
+    /// Rejection-sampling rounds (0: none).
+    pub rounds: usize,
+    /// Training tasks rolled out per round.
+    pub tasks: usize,
+    /// Episodes per task per round.
+    pub group_size: usize,
+    /// An episode is kept when its task score is at least this.
+    pub score_threshold: f64,
+    /// Epochs over the kept turns per round (≤ 5).
+    pub epochs: usize,
+}
+
+/// Iterations, evaluation and checkpoints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoopSection {
+    /// RL iterations.
+    pub iterations: usize,
+    /// Evaluate on held-out tasks every this many iterations (and before and after RL).
+    pub eval_every: usize,
+    /// Held-out tasks per evaluation (capped by the split's size).
+    pub eval_tasks: usize,
+    /// Episodes per held-out task.
+    pub eval_episodes: usize,
+    /// Sampling temperature of evaluation.
+    pub eval_temperature: f32,
+    /// Write a checkpoint every this many iterations (and after the cold start and at the end).
+    pub checkpoint_every: usize,
+    /// Checkpoints kept on disk (the newest ones).
+    pub keep_checkpoints: usize,
+}
+
+impl TrainConfig {
+    /// The embedded default of `env`.
+    pub fn default_for(env: EnvKind) -> Result<Self> {
+        Self::parse(
+            embedded(env),
+            Path::new(&format!("<embedded {}.toml>", env.as_str())),
+        )
+    }
+
+    /// Reads and checks a config file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and checks TOML text; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let cfg: TrainConfig = toml::from_str(text).map_err(|e| Error::Toml {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        cfg.validate(path)?;
+        Ok(cfg)
+    }
+
+    /// The config as TOML (saved with every checkpoint).
+    pub fn to_toml(&self) -> Result<String> {
+        toml::to_string(self).map_err(|e| Error::Toml {
+            path: PathBuf::from("<config>"),
+            message: e.to_string(),
+        })
+    }
+
+    /// Checks every range; the error names `section.key` and what is allowed.
+    pub fn validate(&self, path: &Path) -> Result<()> {
+        let mut c = Checker { path };
+        let m = &self.model;
+        c.int("model.hidden_size", m.hidden_size, 1, 65536)?;
+        c.int("model.intermediate_size", m.intermediate_size, 1, 1 << 20)?;
+        c.int("model.num_hidden_layers", m.num_hidden_layers, 1, 256)?;
+        c.int("model.num_attention_heads", m.num_attention_heads, 1, 1024)?;
+        c.int("model.num_key_value_heads", m.num_key_value_heads, 1, 1024)?;
+        c.int("model.head_dim", m.head_dim, 2, 1024)?;
+        if m.head_dim % 2 != 0 {
+            return c.fail(
+                "model.head_dim",
+                format!("{} is odd (RoPE needs an even head width)", m.head_dim),
+            );
+        }
+        if m.num_attention_heads % m.num_key_value_heads != 0 {
+            return c.fail(
+                "model.num_key_value_heads",
+                format!(
+                    "{} does not divide num_attention_heads = {}",
+                    m.num_key_value_heads, m.num_attention_heads
+                ),
+            );
+        }
+        let r = &self.rollout;
+        c.int("rollout.group_size", r.group_size, 1, 1024)?;
+        c.int(
+            "rollout.tasks_per_iteration",
+            r.tasks_per_iteration,
+            1,
+            1 << 16,
+        )?;
+        c.int("rollout.max_turns", r.max_turns, 1, 1000)?;
+        c.int("rollout.history_length", r.history_length, 0, 1000)?;
+        c.int(
+            "rollout.max_response_tokens",
+            r.max_response_tokens,
+            1,
+            1 << 20,
+        )?;
+        c.int("rollout.max_prompt_tokens", r.max_prompt_tokens, 1, 1 << 20)?;
+        c.real(
+            "rollout.temperature",
+            r.temperature as f64,
+            Open(0.0),
+            Closed(100.0),
+        )?;
+        c.real("rollout.top_p", r.top_p as f64, Open(0.0), Closed(1.0))?;
+        let k = &self.control;
+        c.int("control.min_len", k.min_len as usize, 0, 1 << 20)?;
+        c.int("control.max_think", k.max_think as usize, 1, 1 << 20)?;
+        c.int(
+            "control.window",
+            k.window as usize,
+            1,
+            t2po_control::WINDOW_CAPACITY - 1,
+        )?;
+        c.real(
+            "control.epsilon",
+            k.epsilon as f64,
+            Closed(0.0),
+            Closed(10.0),
+        )?;
+        c.real("control.eta", k.eta as f64, Closed(0.0), Closed(10.0))?;
+        c.int("control.max_resamples", k.max_resamples as usize, 0, 64)?;
+        if k.min_len > k.max_think {
+            return c.fail(
+                "control.min_len",
+                format!("{} exceeds max_think = {}", k.min_len, k.max_think),
+            );
+        }
+        if k.max_think as usize >= r.max_response_tokens {
+            return c.fail(
+                "control.max_think",
+                format!(
+                    "{} must be below rollout.max_response_tokens = {} (room for the forced \
+                     tokens and the action)",
+                    k.max_think, r.max_response_tokens
+                ),
+            );
+        }
+        let a = &self.algo;
+        c.real("algo.gamma", a.gamma, Closed(0.0), Closed(1.0))?;
+        c.real(
+            "algo.format_penalty",
+            a.format_penalty,
+            Closed(0.0),
+            Closed(100.0),
+        )?;
+        c.real(
+            "algo.step_weight",
+            a.step_weight,
+            Closed(0.0),
+            Closed(100.0),
+        )?;
+        c.real(
+            "algo.anchor_similarity",
+            a.anchor_similarity,
+            Open(0.0),
+            Closed(1.0),
+        )?;
+        c.real("algo.clip_low", a.clip_low, Closed(0.0), Open(1.0))?;
+        c.real("algo.clip_high", a.clip_high, Closed(0.0), Closed(10.0))?;
+        c.real(
+            "algo.clip_ratio_c",
+            a.clip_ratio_c,
+            Open(1.0),
+            Closed(100.0),
+        )?;
+        c.real(
+            "algo.entropy_coef",
+            a.entropy_coef,
+            Closed(0.0),
+            Closed(1.0),
+        )?;
+        c.real("algo.kl_coef", a.kl_coef, Closed(0.0), Closed(10.0))?;
+        let o = &self.optim;
+        c.real("optim.lr", o.lr, Open(0.0), Closed(1.0))?;
+        c.real(
+            "optim.weight_decay",
+            o.weight_decay,
+            Closed(0.0),
+            Closed(1.0),
+        )?;
+        c.real("optim.grad_clip", o.grad_clip, Closed(0.0), Closed(1e6))?;
+        c.int("optim.warmup_steps", o.warmup_steps as usize, 0, 1 << 30)?;
+        c.int("optim.mini_batches", o.mini_batches, 1, 1024)?;
+        c.int(
+            "optim.micro_batch_tokens",
+            o.micro_batch_tokens,
+            64,
+            1 << 26,
+        )?;
+        let f = &self.rft;
+        c.int("rft.demo_tasks", f.demo_tasks, 0, 1 << 20)?;
+        c.int("rft.demo_epochs", f.demo_epochs, 0, 100)?;
+        c.int("rft.batch_size", f.batch_size, 1, 1 << 16)?;
+        c.real("rft.lr", f.lr, Open(0.0), Closed(1.0))?;
+        c.int("rft.rounds", f.rounds, 0, 100)?;
+        c.int("rft.tasks", f.tasks, 1, 1 << 20)?;
+        c.int("rft.group_size", f.group_size, 1, 1024)?;
+        c.real(
+            "rft.score_threshold",
+            f.score_threshold,
+            Closed(0.0),
+            Closed(1.0),
+        )?;
+        c.int("rft.epochs", f.epochs, 1, 5)?;
+        let l = &self.train;
+        c.int("train.iterations", l.iterations, 0, 1 << 20)?;
+        c.int("train.eval_every", l.eval_every, 1, 1 << 20)?;
+        c.int("train.eval_tasks", l.eval_tasks, 1, 1 << 20)?;
+        c.int("train.eval_episodes", l.eval_episodes, 1, 1024)?;
+        c.real(
+            "train.eval_temperature",
+            l.eval_temperature as f64,
+            Open(0.0),
+            Closed(100.0),
+        )?;
+        c.int("train.checkpoint_every", l.checkpoint_every, 1, 1 << 20)?;
+        c.int("train.keep_checkpoints", l.keep_checkpoints, 1, 1000)?;
+        Ok(())
+    }
+
+    /// The random-initialised model's config for a vocabulary of `vocab` ids and
+    /// `max_positions` positions.
+    pub fn model_config(&self, vocab: usize, max_positions: usize) -> Qwen3Config {
+        let m = &self.model;
+        Qwen3Config::small(
+            vocab,
+            m.hidden_size,
+            m.intermediate_size,
+            m.num_hidden_layers,
+            m.num_attention_heads,
+            m.num_key_value_heads,
+            m.head_dim,
+            max_positions,
+        )
+    }
+
+    /// The control switches of the run.
+    pub fn switches(&self) -> ControlSwitches {
+        ControlSwitches {
+            tti: self.control.tti,
+            tds: self.control.tds,
+            profile: self.control.profile,
+            hard_budget: self.control.hard_budget,
+        }
+    }
+
+    /// The rollout settings for `tokens` at `temperature` and `seed`.
+    pub fn rollout_config(
+        &self,
+        tokens: &ControlTokens,
+        temperature: f32,
+        seed: u64,
+    ) -> Result<RolloutConfig> {
+        let mut control = self
+            .switches()
+            .control_config_for(tokens, self.env.response_tags())?;
+        let k = &self.control;
+        control.min_len = k.min_len;
+        control.max_think = k.max_think;
+        control.window = k.window;
+        if !k.hard_budget {
+            control.epsilon = k.epsilon;
+        }
+        control.eta = k.eta;
+        control.max_resamples = k.max_resamples;
+        control.validate().map_err(t2po_control::Error::from)?;
+        let r = &self.rollout;
+        Ok(RolloutConfig {
+            control,
+            mark_void: k.filter_void,
+            sampling: SamplingParams {
+                temperature,
+                top_p: r.top_p,
+            },
+            max_response_tokens: r.max_response_tokens,
+            max_prompt_tokens: r.max_prompt_tokens,
+            history_length: r.history_length,
+            max_turns: r.max_turns,
+            seed,
+        })
+    }
+
+    /// GRPO/GiGPO settings.
+    pub fn advantage_config(&self) -> AdvantageConfig {
+        let a = &self.algo;
+        AdvantageConfig {
+            estimator: a.estimator,
+            mode: match a.norm {
+                Norm::Mean => NormMode::MeanNorm,
+                Norm::MeanStd => NormMode::MeanStdNorm,
+            },
+            step_weight: a.step_weight,
+            grouping: if a.anchor_similarity >= 1.0 {
+                StepGrouping::Exact
+            } else {
+                StepGrouping::Similarity {
+                    threshold: a.anchor_similarity,
+                }
+            },
+            episode_stats: EpisodeStats::AcrossTurns,
+            epsilon: 1e-6,
+            returns: ReturnConfig {
+                gamma: a.gamma,
+                format_penalty: a.format_penalty,
+            },
+        }
+    }
+
+    /// The PPO loss coefficients.
+    pub fn loss_config(&self) -> LossConfig {
+        let a = &self.algo;
+        LossConfig {
+            clip_low: a.clip_low,
+            clip_high: a.clip_high,
+            clip_ratio_c: a.clip_ratio_c,
+            entropy_coef: a.entropy_coef,
+            kl_coef: a.kl_coef,
+        }
+    }
+
+    /// AdamW of the RL stage.
+    pub fn optimizer_config(&self) -> AdamWConfig {
+        AdamWConfig {
+            lr: self.optim.lr,
+            weight_decay: self.optim.weight_decay,
+            grad_clip: self.optim.grad_clip,
+            warmup_steps: self.optim.warmup_steps,
+            ..AdamWConfig::default()
+        }
+    }
+
+    /// AdamW of the cold start.
+    pub fn rft_optimizer_config(&self) -> AdamWConfig {
+        AdamWConfig {
+            lr: self.rft.lr,
+            weight_decay: self.optim.weight_decay,
+            grad_clip: self.optim.grad_clip,
+            ..AdamWConfig::default()
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Bound {
+    Open(f64),
+    Closed(f64),
+}
+use Bound::{Closed, Open};
+
+struct Checker<'a> {
+    path: &'a Path,
+}
+
+impl Checker<'_> {
+    fn fail<T>(&mut self, key: &str, message: String) -> Result<T> {
+        Err(Error::Config {
+            path: self.path.to_path_buf(),
+            key: key.to_string(),
+            message,
+        })
+    }
+
+    fn int(&mut self, key: &str, v: usize, lo: usize, hi: usize) -> Result<()> {
+        if (lo..=hi).contains(&v) {
+            Ok(())
+        } else {
+            self.fail(key, format!("{v} is out of range: allowed {lo}..={hi}"))
+        }
+    }
+
+    fn real(&mut self, key: &str, v: f64, lo: Bound, hi: Bound) -> Result<()> {
+        let ok_lo = match lo {
+            Open(b) => v > b,
+            Closed(b) => v >= b,
+        };
+        let ok_hi = match hi {
+            Open(b) => v < b,
+            Closed(b) => v <= b,
+        };
+        if v.is_finite() && ok_lo && ok_hi {
+            return Ok(());
+        }
+        let range = format!(
+            "{}{}, {}{}",
+            match lo {
+                Open(_) => "(",
+                Closed(_) => "[",
+            },
+            match lo {
+                Open(b) | Closed(b) => b,
+            },
+            match hi {
+                Open(b) | Closed(b) => b,
+            },
+            match hi {
+                Open(_) => ")",
+                Closed(_) => "]",
+            },
+        );
+        self.fail(key, format!("{v} is out of range: allowed {range}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_config_parses_and_names_its_env() {
+        for env in EnvKind::ALL {
+            let cfg = TrainConfig::default_for(env).unwrap();
+            assert_eq!(cfg.env, env);
+            // Round trip through the checkpoint's copy.
+            let again = TrainConfig::parse(&cfg.to_toml().unwrap(), Path::new("x")).unwrap();
+            assert_eq!(again, cfg);
+        }
+    }
+
+    #[test]
+    fn the_paper_settings_that_the_tiny_default_keeps() {
+        let w = TrainConfig::default_for(EnvKind::Webshop).unwrap();
+        let a = TrainConfig::default_for(EnvKind::Alfworld).unwrap();
+        let s = TrainConfig::default_for(EnvKind::Search).unwrap();
+        assert_eq!(
+            [
+                w.rollout.group_size,
+                a.rollout.group_size,
+                s.rollout.group_size
+            ],
+            [8, 8, 5]
+        );
+        assert_eq!([w.rollout.max_turns, s.rollout.max_turns], [15, 4]);
+        assert_eq!(
+            [
+                w.rollout.history_length,
+                a.rollout.history_length,
+                s.rollout.history_length
+            ],
+            [2, 2, 4]
+        );
+        assert_eq!(w.algo.norm, Norm::Mean);
+        assert_eq!(a.algo.norm, Norm::MeanStd);
+        assert_eq!(s.algo.anchor_similarity, 0.9);
+        assert_eq!(a.algo.kl_coef, 0.01);
+        for c in [&w, &a, &s] {
+            assert_eq!(c.algo.gamma, 0.95);
+            assert_eq!(c.algo.format_penalty, 0.1);
+            assert_eq!(
+                (c.algo.clip_low, c.algo.clip_high, c.algo.clip_ratio_c),
+                (0.2, 0.2, 3.0)
+            );
+            assert_eq!(c.optim.grad_clip, 1.0);
+            assert_eq!(c.optim.weight_decay, 0.01);
+        }
+    }
+
+    fn with(env: EnvKind, from: &str, to: &str) -> String {
+        let text = embedded(env);
+        assert!(text.contains(from), "{from:?} not in the {env:?} config");
+        text.replacen(from, to, 1)
+    }
+
+    fn err(text: &str) -> String {
+        TrainConfig::parse(text, Path::new("run.toml"))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn an_unknown_key_is_an_error_naming_it() {
+        let e = err(&with(
+            EnvKind::Alfworld,
+            "[optim]\n",
+            "[optim]\nlearning_rate = 0.1\n",
+        ));
+        assert!(e.contains("run.toml") && e.contains("learning_rate"), "{e}");
+        let e = err(&with(
+            EnvKind::Alfworld,
+            "[optim]\n",
+            "[optimiser]\nx = 1\n[optim]\n",
+        ));
+        assert!(e.contains("optimiser"), "{e}");
+    }
+
+    #[test]
+    fn a_wrong_type_is_an_error_naming_the_key() {
+        let e = err(&with(
+            EnvKind::Webshop,
+            "group_size = 8",
+            "group_size = \"eight\"",
+        ));
+        assert!(e.contains("group_size") && e.contains("run.toml"), "{e}");
+        let e = err(&with(EnvKind::Webshop, "tti = true", "tti = 1"));
+        assert!(e.contains("tti"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_key_is_an_error_naming_it() {
+        let e = err(&with(EnvKind::Search, "\ngamma = 0.95", "\n"));
+        assert!(e.contains("gamma"), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_key_and_the_range() {
+        for (from, to, key, range) in [
+            ("gamma = 0.95", "gamma = 1.5", "algo.gamma", "[0, 1]"),
+            (
+                "clip_ratio_c = 3.0",
+                "clip_ratio_c = 1.0",
+                "algo.clip_ratio_c",
+                "(1, 100]",
+            ),
+            ("\nepochs = 2", "\nepochs = 6", "rft.epochs", "1..=5"),
+            (
+                "group_size = 8",
+                "group_size = 0",
+                "rollout.group_size",
+                "1..=1024",
+            ),
+            ("\nlr = 3e-4", "\nlr = -1.0", "optim.lr", "(0, 1]"),
+            (
+                "\ntemperature = 1.0",
+                "\ntemperature = nan",
+                "rollout.temperature",
+                "(0, 100]",
+            ),
+        ] {
+            let e = err(&with(EnvKind::Alfworld, from, to));
+            assert!(e.contains(key) && e.contains(range), "{from} → {to}: {e}");
+        }
+        let e = err(&with(
+            EnvKind::Alfworld,
+            "max_think = 96",
+            "max_think = 400",
+        ));
+        assert!(
+            e.contains("control.max_think") && e.contains("max_response_tokens"),
+            "{e}"
+        );
+        let e = err(&with(
+            EnvKind::Alfworld,
+            "profile = \"paper\"",
+            "profile = \"mine\"",
+        ));
+        assert!(e.contains("profile") || e.contains("mine"), "{e}");
+        let e = err(&with(
+            EnvKind::Alfworld,
+            "env = \"alfworld\"",
+            "env = \"minecraft\"",
+        ));
+        assert!(e.contains("minecraft"), "{e}");
+    }
+
+    #[test]
+    fn the_settings_reach_the_kernel_and_the_algorithms() {
+        let cfg = TrainConfig::default_for(EnvKind::Search).unwrap();
+        let tokens = ControlTokens {
+            think_open: 5,
+            think_close: 6,
+            im_start: 1,
+            im_end: 2,
+            endoftext: 0,
+            newline: vec![7],
+            action_open: vec![8, 9],
+            forced_queue: vec![6, 7, 8, 9],
+            eos: vec![2, 0],
+            pad: 0,
+        };
+        let r = cfg.rollout_config(&tokens, 0.7, 9).unwrap();
+        assert_eq!(r.control.max_think, cfg.control.max_think);
+        assert_eq!(r.control.eta, cfg.control.eta);
+        assert_eq!(
+            r.control.queue_len, 2,
+            "Search QA forces </think> and the newline only"
+        );
+        assert_eq!(r.sampling.temperature, 0.7);
+        assert_eq!(r.seed, 9);
+        assert_eq!(
+            cfg.advantage_config().grouping,
+            StepGrouping::Similarity { threshold: 0.9 }
+        );
+        cfg.advantage_config().validate().unwrap();
+        cfg.loss_config().validate().unwrap();
+        cfg.optimizer_config().validate().unwrap();
+    }
+}

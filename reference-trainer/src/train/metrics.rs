@@ -1,0 +1,355 @@
+//! What a run measures: a summary of a batch of episodes ([`RolloutSummary`]: success, score,
+//! turns, thinking, TTI and TDS rates), of a policy update ([`UpdateReport`]), one line per
+//! iteration ([`MetricsLine`]) in `metrics.jsonl`, and the log that appends them and, on
+//! resume, cuts what came after the checkpoint.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::rollout::{EpisodeRecord, RolloutStats, TtiReason};
+
+/// A batch of episodes, summarised. Rates are per episode (success), per kept turn (TTI,
+/// format) or per generation (TDS).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RolloutSummary {
+    /// Episodes.
+    pub episodes: usize,
+    /// Fraction of episodes that solved their task.
+    pub success_rate: f64,
+    /// Mean task score at the end of an episode (WebShop's purchase score, 0/1 elsewhere).
+    pub score: f64,
+    /// Mean sum of rewards per episode.
+    pub episode_return: f64,
+    /// Mean kept turns per episode.
+    pub turns_per_episode: f64,
+    /// Mean think tokens per kept turn.
+    pub think_tokens_per_turn: f64,
+    /// Mean response tokens per kept turn.
+    pub response_tokens_per_turn: f64,
+    /// Fraction of kept turns where TTI fired (either rule).
+    pub tti_fire_rate: f64,
+    /// Fraction of kept turns where TTI fired because `M_t` converged.
+    pub tti_converged_rate: f64,
+    /// Fraction of kept turns where TTI fired at the think budget.
+    pub tti_budget_rate: f64,
+    /// Fraction of generations TDS discarded.
+    pub tds_resample_rate: f64,
+    /// Fraction of kept turns in the strict format.
+    pub format_valid_rate: f64,
+    /// Fraction of kept turns cut at the response cap.
+    pub truncated_rate: f64,
+    /// Fraction of episodes with a void turn (counted when void marking is on).
+    pub void_rate: f64,
+    /// Tokens decoded (kept and discarded generations).
+    pub decoded_tokens: usize,
+    /// Prompt tokens prefilled.
+    pub prefill_tokens: usize,
+    /// (decoded + prefilled) tokens per second of rollout.
+    pub tokens_per_second: f64,
+    /// Wall seconds.
+    pub seconds: f64,
+}
+
+impl RolloutSummary {
+    /// Summarises `records` produced with counters `stats` in `seconds`.
+    pub fn of(records: &[EpisodeRecord], stats: &RolloutStats, seconds: f64) -> Self {
+        let n = records.len().max(1) as f64;
+        let turns: Vec<_> = records.iter().flat_map(|e| &e.turns).collect();
+        let t = turns.len().max(1) as f64;
+        let count = |f: &dyn Fn(&crate::rollout::TurnRecord) -> bool| {
+            turns.iter().filter(|x| f(x)).count() as f64 / t
+        };
+        let discarded: usize = records.iter().map(|e| e.resamples as usize).sum();
+        Self {
+            episodes: records.len(),
+            success_rate: records.iter().filter(|e| e.success).count() as f64 / n,
+            score: records.iter().map(|e| e.score).sum::<f64>() / n,
+            episode_return: records.iter().map(|e| e.total_reward).sum::<f64>() / n,
+            turns_per_episode: turns.len() as f64 / n,
+            think_tokens_per_turn: turns
+                .iter()
+                .map(|x| f64::from(x.generation.think_tokens))
+                .sum::<f64>()
+                / t,
+            response_tokens_per_turn: turns
+                .iter()
+                .map(|x| x.generation.response_ids.len() as f64)
+                .sum::<f64>()
+                / t,
+            tti_fire_rate: count(&|x| x.generation.tti.is_some()),
+            tti_converged_rate: count(
+                &|x| matches!(x.generation.tti, Some(f) if f.reason == TtiReason::Converged),
+            ),
+            tti_budget_rate: count(
+                &|x| matches!(x.generation.tti, Some(f) if f.reason == TtiReason::Budget),
+            ),
+            tds_resample_rate: discarded as f64 / (turns.len() + discarded).max(1) as f64,
+            format_valid_rate: count(&|x| x.format_valid),
+            truncated_rate: count(&|x| x.generation.truncated),
+            void_rate: records.iter().filter(|e| e.void).count() as f64 / n,
+            decoded_tokens: stats.decoded_tokens,
+            prefill_tokens: stats.prefill_tokens,
+            tokens_per_second: (stats.decoded_tokens + stats.prefill_tokens) as f64
+                / seconds.max(1e-9),
+            seconds,
+        }
+    }
+}
+
+/// What one policy update did (means over its micro-batches, weighted by tokens).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UpdateReport {
+    /// Training rows (kept turns) in the update.
+    pub rows: usize,
+    /// Response tokens in the loss.
+    pub tokens: usize,
+    /// Tokens through forward and backward (prompts, responses and padding).
+    pub forward_tokens: usize,
+    /// Optimizer steps taken.
+    pub steps: usize,
+    /// The loss.
+    pub loss: f64,
+    /// The clipped policy-gradient term.
+    pub pg_loss: f64,
+    /// Fraction of tokens where the clip was active.
+    pub clip_frac: f64,
+    /// Fraction of tokens where the dual clip bound.
+    pub dual_clip_frac: f64,
+    /// `mean(old − new)` log-prob.
+    pub approx_kl: f64,
+    /// Mean k3 KL to the reference policy (when the KL term is on).
+    pub kl: Option<f64>,
+    /// Mean token entropy.
+    pub entropy: f64,
+    /// Global gradient norm before clipping (last step).
+    pub grad_norm: f64,
+    /// Learning rate of the last step.
+    pub lr: f64,
+    /// Forward-and-backward tokens per second.
+    pub tokens_per_second: f64,
+    /// Wall seconds.
+    pub seconds: f64,
+}
+
+/// One line of `metrics.jsonl`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MetricsLine {
+    /// `rft` (a cold-start round), `eval` (before RL) or `rl`.
+    pub stage: String,
+    /// RL iteration (0 for the cold start and the evaluation before RL).
+    pub iteration: usize,
+    /// The training rollout of the iteration.
+    pub rollout: Option<RolloutSummary>,
+    /// The update.
+    pub update: Option<UpdateReport>,
+    /// Held-out evaluation, when it ran.
+    pub eval: Option<RolloutSummary>,
+    /// Wall seconds of the whole line's work.
+    pub seconds: f64,
+}
+
+/// `metrics.jsonl`: appended line by line (each flushed and synced).
+#[derive(Debug)]
+pub struct MetricsLog {
+    path: PathBuf,
+}
+
+impl MetricsLog {
+    /// The log at `path` (not created until the first line).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one line.
+    pub fn append(&self, line: &MetricsLine) -> Result<()> {
+        let text = serde_json::to_string(line).map_err(|e| Error::Json {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })?;
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| Error::io(&self.path, e))?;
+        f.write_all(format!("{text}\n").as_bytes())
+            .and_then(|_| f.sync_data())
+            .map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Every complete line (a torn last line after a crash is ignored).
+    pub fn read(&self) -> Result<Vec<MetricsLine>> {
+        let text = match fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(&self.path, e)),
+        };
+        let mut out = Vec::new();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            match serde_json::from_str(l) {
+                Ok(m) => out.push(m),
+                Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
+                Err(e) => {
+                    return Err(Error::Json {
+                        path: self.path.clone(),
+                        message: format!("line {}: {e}", i + 1),
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Keeps the lines up to RL iteration `iteration` (what a checkpoint at that iteration had
+    /// seen), rewriting the file atomically.
+    pub fn truncate_after(&self, iteration: usize) -> Result<Vec<MetricsLine>> {
+        let kept: Vec<MetricsLine> = self
+            .read()?
+            .into_iter()
+            .filter(|m| m.iteration <= iteration)
+            .collect();
+        let mut text = String::new();
+        for m in &kept {
+            text.push_str(&serde_json::to_string(m).map_err(|e| Error::Json {
+                path: self.path.clone(),
+                message: e.to_string(),
+            })?);
+            text.push('\n');
+        }
+        crate::model::checkpoint::write_atomic(&self.path, text.as_bytes())?;
+        Ok(kept)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::{Generation, TtiFire, TurnRecord};
+
+    fn turn(think: u32, tti: Option<TtiReason>, valid: bool) -> TurnRecord {
+        TurnRecord {
+            turn: 0,
+            prompt_ids: vec![1],
+            prompt_truncated: 0,
+            generation: Generation {
+                response_ids: vec![5; 10],
+                think_tokens: think,
+                tti: tti.map(|reason| TtiFire {
+                    position: 3,
+                    reason,
+                }),
+                ..Generation::default()
+            },
+            response_mask: vec![1; 10],
+            response: String::new(),
+            gamma: 0.0,
+            tds_tries: 1,
+            discarded: Vec::new(),
+            action: String::new(),
+            format_valid: valid,
+            void: false,
+            reward: 0.0,
+            done: false,
+            won: false,
+            score: 0.0,
+            anchor: String::new(),
+        }
+    }
+
+    fn episode(turns: Vec<TurnRecord>, success: bool, score: f64, resamples: u32) -> EpisodeRecord {
+        EpisodeRecord {
+            episode: 0,
+            env: "alfworld".into(),
+            task: 0,
+            group: 0,
+            task_text: String::new(),
+            turns,
+            success,
+            score,
+            total_reward: if success { 10.0 } else { 0.0 },
+            resamples,
+            void: false,
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_by_episode_turn_and_generation() {
+        // 2 episodes, 4 kept turns, 2 discarded generations.
+        let recs = vec![
+            episode(
+                vec![
+                    turn(10, Some(TtiReason::Converged), true),
+                    turn(20, None, false),
+                    turn(30, Some(TtiReason::Budget), true),
+                ],
+                true,
+                1.0,
+                2,
+            ),
+            episode(vec![turn(40, None, true)], false, 0.5, 0),
+        ];
+        let stats = RolloutStats {
+            decoded_tokens: 60,
+            prefill_tokens: 40,
+            ..RolloutStats::default()
+        };
+        let s = RolloutSummary::of(&recs, &stats, 2.0);
+        assert_eq!(s.episodes, 2);
+        assert_eq!(s.success_rate, 0.5);
+        assert_eq!(s.score, 0.75);
+        assert_eq!(s.episode_return, 5.0);
+        assert_eq!(s.turns_per_episode, 2.0);
+        assert_eq!(s.think_tokens_per_turn, 25.0);
+        assert_eq!(s.tti_fire_rate, 0.5);
+        assert_eq!(s.tti_converged_rate, 0.25);
+        assert_eq!(s.tti_budget_rate, 0.25);
+        assert_eq!(s.tds_resample_rate, 2.0 / 6.0);
+        assert_eq!(s.format_valid_rate, 0.75);
+        assert_eq!(s.tokens_per_second, 50.0);
+        // No episodes: zeros, not NaN.
+        let e = RolloutSummary::of(&[], &RolloutStats::default(), 0.0);
+        assert_eq!(e.success_rate, 0.0);
+        assert_eq!(e.think_tokens_per_turn, 0.0);
+    }
+
+    #[test]
+    fn the_log_appends_reads_and_cuts_after_a_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = MetricsLog::new(dir.path().join("metrics.jsonl"));
+        assert!(log.read().unwrap().is_empty());
+        for i in 0..4 {
+            log.append(&MetricsLine {
+                stage: "rl".into(),
+                iteration: i,
+                rollout: None,
+                update: None,
+                eval: None,
+                seconds: i as f64,
+            })
+            .unwrap();
+        }
+        // A torn last line (a crash mid-write) is ignored.
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(log.path())
+            .unwrap();
+        f.write_all(b"{\"stage\":\"rl\",\"itera").unwrap();
+        assert_eq!(log.read().unwrap().len(), 4);
+        let kept = log.truncate_after(2).unwrap();
+        assert_eq!(kept.len(), 3);
+        assert_eq!(log.read().unwrap(), kept);
+        // A broken line in the middle is an error naming the line.
+        fs::write(log.path(), "{}\nnot json\n").unwrap();
+        let e = log.read().unwrap_err().to_string();
+        assert!(e.contains("line 1") || e.contains("line 2"), "{e}");
+    }
+}

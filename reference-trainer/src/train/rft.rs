@@ -1,0 +1,251 @@
+//! The cold start (spec §5 "Cold start"): supervised fine-tuning on the environments' experts'
+//! demonstrations, then rejection-sampling fine-tuning (RFT) — roll the policy out on training
+//! tasks, keep the episodes whose task score reaches the threshold, fine-tune on their
+//! (prompt, response) turns for at most 5 epochs.
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha12Rng;
+
+use super::config::TrainConfig;
+use super::metrics::{MetricsLine, RolloutSummary, UpdateReport};
+use super::optimizer::AdamW;
+use super::sft::{expert_demos, sft_step, Demo};
+use super::state::derive_seed;
+use crate::error::Result;
+use crate::model::Qwen3;
+use crate::rollout::{rollout, EnvPool, EpisodeRecord, EpisodeSpec, RolloutStats, Split};
+use crate::tokenizer::Tokenizer;
+
+/// Purposes of derived seeds (see [`derive_seed`]).
+pub(crate) mod purpose {
+    pub const DEMO_SHUFFLE: u64 = 1;
+    pub const RFT_TASKS: u64 = 2;
+    pub const RFT_ROLLOUT: u64 = 3;
+    pub const RFT_SHUFFLE: u64 = 4;
+    pub const RL_TASKS: u64 = 5;
+    pub const RL_ROLLOUT: u64 = 6;
+    pub const RL_SHUFFLE: u64 = 7;
+    pub const EVAL: u64 = 8;
+    pub const DEMOS: u64 = 9;
+}
+
+/// Hooks the caller gives a stage: a log line, and a progress bar for a phase.
+pub trait Reporter {
+    /// One human-readable line.
+    fn line(&mut self, text: &str);
+    /// A phase of `total` units begins.
+    fn begin(&mut self, phase: &str, total: usize);
+    /// `done` of the phase's units are done.
+    fn advance(&mut self, done: usize);
+    /// The phase ended.
+    fn end(&mut self);
+}
+
+/// `count` distinct training tasks drawn with `seed` (all of them, shuffled, when there are
+/// fewer).
+pub fn sample_tasks(pool: &EnvPool, count: usize, seed: u64) -> Vec<usize> {
+    let mut all: Vec<usize> = (0..pool.num_tasks(Split::Train)).collect();
+    all.shuffle(&mut ChaCha12Rng::seed_from_u64(seed));
+    all.truncate(count.min(all.len()));
+    all
+}
+
+/// Runs episodes `tasks × group` on `split` with `policy` at `temperature`; groups are per task.
+#[allow(clippy::too_many_arguments)]
+pub fn run_episodes(
+    policy: &Qwen3,
+    tokenizer: &Tokenizer,
+    pool: &EnvPool,
+    cfg: &TrainConfig,
+    split: Split,
+    tasks: &[usize],
+    group: usize,
+    temperature: f32,
+    seed: u64,
+    rep: &mut dyn Reporter,
+) -> Result<(Vec<EpisodeRecord>, RolloutStats, f64)> {
+    let t0 = std::time::Instant::now();
+    let rcfg = cfg.rollout_config(&tokenizer.control_tokens()?, temperature, seed)?;
+    let specs: Vec<EpisodeSpec> = tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(g, &task)| (0..group).map(move |_| EpisodeSpec { task, group: g }))
+        .collect();
+    let mut envs: Vec<_> = specs.iter().map(|_| pool.make(split)).collect();
+    let n = specs.len();
+    rep.begin("rollout", n);
+    let out = rollout(policy, tokenizer, &mut envs, &specs, &rcfg, |_, live| {
+        rep.advance(n - live)
+    });
+    rep.end();
+    let (records, stats) = out?;
+    Ok((records, stats, t0.elapsed().as_secs_f64()))
+}
+
+/// Fine-tunes `policy` on `demos` for `epochs` epochs in batches (shuffled by `seed`); returns
+/// the update's report (mean loss over steps in `loss`, the last step's in `pg_loss`).
+#[allow(clippy::too_many_arguments)]
+pub fn fine_tune(
+    policy: &Qwen3,
+    opt: &mut AdamW,
+    demos: &[Demo],
+    epochs: usize,
+    batch_size: usize,
+    micro_batch_tokens: usize,
+    seed: u64,
+    rep: &mut dyn Reporter,
+) -> Result<UpdateReport> {
+    let t0 = std::time::Instant::now();
+    let mut report = UpdateReport::default();
+    if demos.is_empty() || epochs == 0 {
+        return Ok(report);
+    }
+    let steps_per_epoch = demos.len().div_ceil(batch_size);
+    rep.begin("fine-tune", steps_per_epoch * epochs);
+    let mut losses = Vec::new();
+    for epoch in 0..epochs {
+        let mut order: Vec<usize> = (0..demos.len()).collect();
+        order.shuffle(&mut ChaCha12Rng::seed_from_u64(derive_seed(
+            seed,
+            epoch as u64,
+            0,
+        )));
+        for chunk in order.chunks(batch_size) {
+            let mut batch: Vec<Demo> = chunk.iter().map(|&i| demos[i].clone()).collect();
+            // Longest first, so each micro-batch pads to its own first row.
+            batch.sort_by_key(|d| std::cmp::Reverse(d.prompt.len() + d.response.len()));
+            let longest = batch[0].prompt.len() + batch[0].response.len();
+            let micro = (micro_batch_tokens / longest.max(1)).max(1);
+            let r = sft_step(policy, opt, &batch, micro)?;
+            losses.push(r.loss);
+            report.rows += batch.len();
+            report.tokens += r.tokens;
+            report.forward_tokens += batch
+                .iter()
+                .map(|d| d.prompt.len() + d.response.len())
+                .sum::<usize>();
+            report.steps += 1;
+            report.grad_norm = r.step.grad_norm;
+            report.lr = r.step.lr;
+            rep.advance(report.steps);
+        }
+    }
+    rep.end();
+    report.loss = losses.iter().sum::<f64>() / losses.len() as f64;
+    report.pg_loss = *losses.last().unwrap_or(&0.0);
+    report.seconds = t0.elapsed().as_secs_f64();
+    report.tokens_per_second = report.forward_tokens as f64 / report.seconds.max(1e-9);
+    Ok(report)
+}
+
+/// The whole cold start on `policy`; returns one metrics line per stage (demonstrations, each
+/// rejection round).
+pub fn cold_start(
+    policy: &Qwen3,
+    tokenizer: &Tokenizer,
+    pool: &EnvPool,
+    cfg: &TrainConfig,
+    rep: &mut dyn Reporter,
+) -> Result<Vec<MetricsLine>> {
+    let f = &cfg.rft;
+    let mut opt = AdamW::new(cfg.rft_optimizer_config())?;
+    let mut lines = Vec::new();
+    if f.demo_tasks > 0 && f.demo_epochs > 0 {
+        let t0 = std::time::Instant::now();
+        let demos = expert_demos(
+            pool,
+            tokenizer,
+            f.demo_tasks,
+            derive_seed(cfg.seed, 0, purpose::DEMOS),
+            cfg.rollout.max_prompt_tokens,
+        )?;
+        rep.line(&format!(
+            "cold start: SFT on {} expert turns from {} training tasks, {} epoch(s)",
+            demos.len(),
+            f.demo_tasks.min(pool.num_tasks(Split::Train)),
+            f.demo_epochs
+        ));
+        let u = fine_tune(
+            policy,
+            &mut opt,
+            &demos,
+            f.demo_epochs,
+            f.batch_size,
+            cfg.optim.micro_batch_tokens,
+            derive_seed(cfg.seed, 0, purpose::DEMO_SHUFFLE),
+            rep,
+        )?;
+        rep.line(&format!(
+            "  {} steps, loss {:.3} (mean) → {:.3} (last), {:.0} tok/s, {:.1} s",
+            u.steps, u.loss, u.pg_loss, u.tokens_per_second, u.seconds
+        ));
+        lines.push(MetricsLine {
+            stage: "rft".into(),
+            iteration: 0,
+            rollout: None,
+            update: Some(u),
+            eval: None,
+            seconds: t0.elapsed().as_secs_f64(),
+        });
+    }
+    for round in 0..f.rounds {
+        let t0 = std::time::Instant::now();
+        let r = round as u64;
+        let tasks = sample_tasks(pool, f.tasks, derive_seed(cfg.seed, r, purpose::RFT_TASKS));
+        let (records, stats, secs) = run_episodes(
+            policy,
+            tokenizer,
+            pool,
+            cfg,
+            Split::Train,
+            &tasks,
+            f.group_size,
+            cfg.rollout.temperature,
+            derive_seed(cfg.seed, r, purpose::RFT_ROLLOUT),
+            rep,
+        )?;
+        let summary = RolloutSummary::of(&records, &stats, secs);
+        let kept: Vec<&EpisodeRecord> = records
+            .iter()
+            .filter(|e| e.score >= f.score_threshold)
+            .collect();
+        let demos: Vec<Demo> = kept
+            .iter()
+            .flat_map(|e| &e.turns)
+            .filter(|t| !t.generation.response_ids.is_empty())
+            .map(|t| Demo {
+                prompt: t.prompt_ids.clone(),
+                response: t.generation.response_ids.clone(),
+            })
+            .collect();
+        rep.line(&format!(
+            "cold start: rejection round {}: {} episodes, success {:.3}, kept {} (score ≥ {}) with {} turns",
+            round + 1,
+            records.len(),
+            summary.success_rate,
+            kept.len(),
+            f.score_threshold,
+            demos.len()
+        ));
+        let u = fine_tune(
+            policy,
+            &mut opt,
+            &demos,
+            f.epochs,
+            f.batch_size,
+            cfg.optim.micro_batch_tokens,
+            derive_seed(cfg.seed, r, purpose::RFT_SHUFFLE),
+            rep,
+        )?;
+        lines.push(MetricsLine {
+            stage: "rft".into(),
+            iteration: 0,
+            rollout: Some(summary),
+            update: Some(u),
+            eval: None,
+            seconds: t0.elapsed().as_secs_f64(),
+        });
+    }
+    Ok(lines)
+}

@@ -1,0 +1,318 @@
+//! Training checkpoints: `OUT/checkpoints/iter-NNNNNN/` holds the policy in the Hugging Face
+//! layout (`config.json`, `model.safetensors`, `tokenizer.json`, `tokenizer_config.json` — it
+//! loads in `transformers` and in `generate --checkpoint`), the optimizer's moments
+//! (`optimizer.safetensors`) and `trainer_state.json` (iteration, optimizer step, seed, the
+//! config). `OUT/checkpoints/latest` names the newest one.
+//!
+//! A checkpoint is written into a temporary folder, synced, and renamed into place; only then
+//! does `latest` move (itself replaced atomically) and old checkpoints get pruned. A crash or a
+//! failed write at any point leaves the previous checkpoint and `latest` as they were.
+//!
+//! RNG state: every random draw of a run comes from a generator seeded by
+//! `(seed, iteration, purpose)` ([`derive_seed`]), so the iteration *is* the generator state
+//! and a resumed run draws exactly what an uninterrupted one would.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::optimizer::AdamW;
+use crate::error::{Error, Result};
+use crate::model::{checkpoint, Qwen3};
+use crate::tokenizer::Tokenizer;
+
+/// The trainer's part of a checkpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainerState {
+    /// Format version of this file.
+    pub format: u32,
+    /// RL iterations completed (0: the cold start is done, RL not begun).
+    pub iteration: usize,
+    /// Optimizer steps taken (also saved with the moments).
+    pub optimizer_step: u64,
+    /// The run's seed (with the iteration, the whole RNG state).
+    pub seed: u64,
+    /// The run's config, as TOML.
+    pub config: String,
+}
+
+/// The current format of `trainer_state.json`.
+pub const FORMAT: u32 = 1;
+const STATE: &str = "trainer_state.json";
+const OPTIMIZER: &str = "optimizer.safetensors";
+const LATEST: &str = "latest";
+
+/// A seed for one purpose at one iteration (SplitMix64 finaliser over the three parts).
+pub fn derive_seed(seed: u64, iteration: u64, purpose: u64) -> u64 {
+    let mut z = seed
+        ^ iteration.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ purpose.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A loaded checkpoint.
+pub struct Loaded {
+    /// The policy.
+    pub model: Qwen3,
+    /// Its tokenizer.
+    pub tokenizer: Tokenizer,
+    /// Optimizer moments by name, and the step count.
+    pub optimizer: (std::collections::HashMap<String, Tensor>, u64),
+    /// The trainer state.
+    pub state: TrainerState,
+    /// The folder it came from.
+    pub dir: PathBuf,
+}
+
+/// The checkpoints folder of a run.
+pub fn checkpoints_dir(out: &Path) -> PathBuf {
+    out.join("checkpoints")
+}
+
+/// The newest checkpoint of the run in `out`, if any (what `latest` names).
+pub fn latest(out: &Path) -> Result<Option<PathBuf>> {
+    let path = checkpoints_dir(out).join(LATEST);
+    match fs::read_to_string(&path) {
+        Ok(name) => {
+            let name = name.trim();
+            if name.is_empty() || name.contains('/') || name.starts_with('.') {
+                return Err(Error::invalid(
+                    path.display().to_string(),
+                    format!("{name:?} is not a checkpoint folder name"),
+                ));
+            }
+            Ok(Some(checkpoints_dir(out).join(name)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// Writes a checkpoint of iteration `state.iteration` and makes it the latest; keeps the
+/// newest `keep` checkpoints. Returns its folder.
+pub fn save(
+    out: &Path,
+    model: &Qwen3,
+    tokenizer: &Tokenizer,
+    opt: &AdamW,
+    state: &TrainerState,
+    keep: usize,
+) -> Result<PathBuf> {
+    let root = checkpoints_dir(out);
+    fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
+    let name = format!("iter-{:06}", state.iteration);
+    let tmp = root.join(format!(".tmp-{name}-{}", std::process::id()));
+    let final_dir = root.join(&name);
+    let result = (|| -> Result<()> {
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        }
+        fs::create_dir(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        checkpoint::save(model, &tmp, usize::MAX)?;
+        tokenizer.save(&tmp)?;
+        let (moments, step) = opt.state();
+        let mut named: Vec<(&str, &Tensor)> =
+            moments.iter().map(|(k, t)| (k.as_str(), t)).collect();
+        named.sort_by_key(|(k, _)| *k);
+        checkpoint::write_safetensors(&tmp.join(OPTIMIZER), &named)?;
+        let mut st = state.clone();
+        st.optimizer_step = step;
+        let text = serde_json::to_string_pretty(&st).map_err(|e| Error::Json {
+            path: tmp.join(STATE),
+            message: e.to_string(),
+        })?;
+        checkpoint::write_atomic(&tmp.join(STATE), text.as_bytes())?;
+        if final_dir.exists() {
+            // A checkpoint of the same iteration from an earlier attempt (a resumed run that
+            // redoes it): replaced by the new one.
+            fs::remove_dir_all(&final_dir).map_err(|e| Error::io(&final_dir, e))?;
+        }
+        fs::rename(&tmp, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
+        sync_dir(&root);
+        checkpoint::write_atomic(&root.join(LATEST), name.as_bytes())
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    prune(&root, keep, &name)?;
+    Ok(final_dir)
+}
+
+fn sync_dir(dir: &Path) {
+    // Best effort: makes the rename durable on filesystems that need it.
+    if let Ok(f) = fs::File::open(dir) {
+        let _ = f.sync_all();
+    }
+}
+
+/// Removes all but the newest `keep` checkpoints (never `current`) and stale temp folders.
+fn prune(root: &Path, keep: usize, current: &str) -> Result<()> {
+    let mut names: Vec<String> = Vec::new();
+    for entry in fs::read_dir(root).map_err(|e| Error::io(root, e))? {
+        let entry = entry.map_err(|e| Error::io(root, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".tmp-") {
+            let _ = fs::remove_dir_all(entry.path());
+        } else if name.starts_with("iter-") && entry.path().is_dir() {
+            names.push(name);
+        }
+    }
+    names.sort();
+    let excess = names.len().saturating_sub(keep.max(1));
+    for name in names.into_iter().take(excess) {
+        if name != current {
+            let p = root.join(&name);
+            fs::remove_dir_all(&p).map_err(|e| Error::io(&p, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Loads the checkpoint in `dir` (the model in `dtype` on `device`).
+pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Loaded> {
+    let state_path = dir.join(STATE);
+    let text = fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
+    let state: TrainerState = serde_json::from_str(&text).map_err(|e| Error::Json {
+        path: state_path.clone(),
+        message: e.to_string(),
+    })?;
+    if state.format != FORMAT {
+        return Err(Error::Json {
+            path: state_path,
+            message: format!("format {} (this build reads {FORMAT})", state.format),
+        });
+    }
+    let model = checkpoint::load(dir, dtype, device)?;
+    let tokenizer = Tokenizer::load(dir.join("tokenizer.json"))?;
+    let moments = checkpoint::read_safetensors(&dir.join(OPTIMIZER))?;
+    Ok(Loaded {
+        model,
+        tokenizer,
+        optimizer: (moments, state.optimizer_step),
+        state,
+        dir: dir.to_path_buf(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Qwen3Config;
+    use crate::train::optimizer::AdamWConfig;
+
+    #[test]
+    fn derived_seeds_differ_by_iteration_and_purpose() {
+        let a = derive_seed(1, 0, 0);
+        assert_ne!(a, derive_seed(1, 1, 0));
+        assert_ne!(a, derive_seed(1, 0, 1));
+        assert_ne!(a, derive_seed(2, 0, 0));
+        assert_eq!(a, derive_seed(1, 0, 0));
+    }
+
+    fn tiny_tokenizer() -> Tokenizer {
+        let corpus: Vec<String> = (0..20)
+            .map(|i| format!("<think>go {i}</think><action>look</action> the quick brown fox"))
+            .collect();
+        crate::tokenizer::build_default(corpus, 400).unwrap()
+    }
+
+    #[test]
+    fn save_load_round_trips_and_a_failed_save_keeps_the_last_good_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let tok = tiny_tokenizer();
+        let cfg = Qwen3Config::small(tok.id_bound(), 16, 32, 1, 2, 1, 8, 64);
+        let model = Qwen3::random(cfg, 1, DType::F32, &Device::Cpu).unwrap();
+        let mut opt = AdamW::new(AdamWConfig::default()).unwrap();
+        // One real step so the moments exist.
+        let demo = crate::train::Demo {
+            prompt: vec![1, 2],
+            response: vec![3, 4],
+        };
+        crate::train::sft_step(&model, &mut opt, &[demo], 1).unwrap();
+        let mut state = TrainerState {
+            format: FORMAT,
+            iteration: 1,
+            optimizer_step: 0,
+            seed: 7,
+            config: "x = 1".into(),
+        };
+        assert!(latest(out).unwrap().is_none());
+        let first = save(out, &model, &tok, &opt, &state, 2).unwrap();
+        assert_eq!(latest(out).unwrap().unwrap(), first);
+        let l = load(&first, DType::F32, &Device::Cpu).unwrap();
+        assert_eq!(l.state.optimizer_step, 1);
+        assert_eq!(l.state.iteration, 1);
+        assert_eq!(l.optimizer.0.len(), 2 * model.params().len());
+        for (name, v) in model.params() {
+            let a: Vec<f32> = v.flatten_all().unwrap().to_vec1().unwrap();
+            let b: Vec<f32> = l.model.params()[name]
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            assert_eq!(a, b, "{name}");
+        }
+        assert_eq!(l.tokenizer.to_json().unwrap(), tok.to_json().unwrap());
+
+        // The next save cannot create its temp folder (a file is in the way): an error, and
+        // `latest` still names the first checkpoint, which still loads.
+        state.iteration = 2;
+        let blocker = checkpoints_dir(out).join(format!(".tmp-iter-000002-{}", std::process::id()));
+        fs::write(&blocker, b"in the way").unwrap();
+        // remove_dir_all on a file fails too: the error names the path.
+        let e = save(out, &model, &tok, &opt, &state, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(".tmp-iter-000002"), "{e}");
+        assert_eq!(latest(out).unwrap().unwrap(), first);
+        load(&first, DType::F32, &Device::Cpu).unwrap();
+        fs::remove_file(&blocker).unwrap();
+
+        // Pruning keeps the newest two.
+        for it in 2..=4 {
+            state.iteration = it;
+            save(out, &model, &tok, &opt, &state, 2).unwrap();
+        }
+        let mut names: Vec<String> = fs::read_dir(checkpoints_dir(out))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["iter-000003", "iter-000004", "latest"]);
+    }
+
+    #[test]
+    fn a_checkpoint_of_another_architecture_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let tok = tiny_tokenizer();
+        let cfg = Qwen3Config::small(tok.id_bound(), 16, 32, 1, 2, 1, 8, 64);
+        let model = Qwen3::random(cfg, 1, DType::F32, &Device::Cpu).unwrap();
+        let opt = AdamW::new(AdamWConfig::default()).unwrap();
+        let state = TrainerState {
+            format: FORMAT,
+            iteration: 0,
+            optimizer_step: 0,
+            seed: 7,
+            config: String::new(),
+        };
+        let ck = save(out, &model, &tok, &opt, &state, 1).unwrap();
+        let path = ck.join("config.json");
+        let text = fs::read_to_string(&path).unwrap();
+        fs::write(&path, text.replace("Qwen3ForCausalLM", "LlamaForCausalLM")).unwrap();
+        let e = load(&ck, DType::F32, &Device::Cpu)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("architectures") && e.contains("config.json"),
+            "{e}"
+        );
+    }
+}
