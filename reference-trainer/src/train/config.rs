@@ -263,13 +263,13 @@ impl TrainConfig {
         c.int("model.num_attention_heads", m.num_attention_heads, 1, 1024)?;
         c.int("model.num_key_value_heads", m.num_key_value_heads, 1, 1024)?;
         c.int("model.head_dim", m.head_dim, 2, 1024)?;
-        if m.head_dim % 2 != 0 {
+        if !m.head_dim.is_multiple_of(2) {
             return c.fail(
                 "model.head_dim",
                 format!("{} is odd (RoPE needs an even head width)", m.head_dim),
             );
         }
-        if m.num_attention_heads % m.num_key_value_heads != 0 {
+        if !m.num_attention_heads.is_multiple_of(m.num_key_value_heads) {
             return c.fail(
                 "model.num_key_value_heads",
                 format!(

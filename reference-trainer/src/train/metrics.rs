@@ -111,8 +111,11 @@ pub struct UpdateReport {
     pub forward_tokens: usize,
     /// Optimizer steps taken.
     pub steps: usize,
-    /// The loss.
+    /// The loss (token-weighted mean over micro-batches; for fine-tuning, the mean over steps).
     pub loss: f64,
+    /// The loss of the last optimizer step (fine-tuning; the RL loss is not comparable across
+    /// steps, so 0 there).
+    pub last_loss: f64,
     /// The clipped policy-gradient term.
     pub pg_loss: f64,
     /// Fraction of tokens where the clip was active.

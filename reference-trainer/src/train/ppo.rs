@@ -224,7 +224,7 @@ mod tests {
         let good = row(&[1, 2, 3], &[7, 8], 1.0);
         let bad = row(&[1, 2, 3], &[9, 10], -1.0);
         let lp = |m: &Qwen3, r: &TrainingRow| -> f32 {
-            m.token_log_probs(&[r.input_ids.clone()], &[r.start])
+            m.token_log_probs(std::slice::from_ref(&r.input_ids), &[r.start])
                 .unwrap()
                 .log_probs
                 .sum_all()

@@ -84,7 +84,7 @@ pub fn run_episodes(
 }
 
 /// Fine-tunes `policy` on `demos` for `epochs` epochs in batches (shuffled by `seed`); returns
-/// the update's report (mean loss over steps in `loss`, the last step's in `pg_loss`).
+/// the update's report (mean loss over steps in `loss`, the last step's in `last_loss`).
 #[allow(clippy::too_many_arguments)]
 pub fn fine_tune(
     policy: &Qwen3,
@@ -133,7 +133,7 @@ pub fn fine_tune(
     }
     rep.end();
     report.loss = losses.iter().sum::<f64>() / losses.len() as f64;
-    report.pg_loss = *losses.last().unwrap_or(&0.0);
+    report.last_loss = *losses.last().unwrap_or(&0.0);
     report.seconds = t0.elapsed().as_secs_f64();
     report.tokens_per_second = report.forward_tokens as f64 / report.seconds.max(1e-9);
     Ok(report)
@@ -178,7 +178,7 @@ pub fn cold_start(
         )?;
         rep.line(&format!(
             "  {} steps, loss {:.3} (mean) → {:.3} (last), {:.0} tok/s, {:.1} s",
-            u.steps, u.loss, u.pg_loss, u.tokens_per_second, u.seconds
+            u.steps, u.loss, u.last_loss, u.tokens_per_second, u.seconds
         ));
         lines.push(MetricsLine {
             stage: "rft".into(),

@@ -324,7 +324,8 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
             .map_err(|e| Error::invalid("advantages", e.to_string()))?;
         let rows = flatten_rows(&records, &adv, cfg.control.filter_void)
             .map_err(|e| Error::invalid("training rows", e.to_string()))?;
-        rep.begin("update", 1);
+        let n_rows = rows.len();
+        rep.begin("update", n_rows);
         let report = update(
             &policy,
             &old,
@@ -338,7 +339,7 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
                 temperature: f64::from(cfg.rollout.temperature),
                 seed: derive_seed(cfg.seed, i, purpose::RL_SHUFFLE),
             },
-            |_, _| {},
+            |done, total| rep.advance(done * n_rows / total.max(1)),
         );
         rep.end();
         let report = report?;
@@ -435,7 +436,7 @@ pub fn results_table(
     after: Option<&RolloutSummary>,
 ) -> String {
     let mut s = format!(
-        "| {} (held-out, {} episodes) | success rate | task score | think tokens/turn | turns/episode | TDS resample rate |\n|---|---|---|---|---|---|\n",
+        "| {} (held-out, {} episodes) | success rate | task score | format-valid turns | think tokens/turn | turns/episode | TDS resample rate |\n|---|---|---|---|---|---|---|\n",
         cfg.env.as_str(),
         before.or(after).map_or(0, |b| b.episodes)
     );
@@ -445,9 +446,10 @@ pub fn results_table(
     ] {
         if let Some(e) = e {
             s.push_str(&format!(
-                "| {name} | {:.3} | {:.3} | {:.1} | {:.2} | {:.3} |\n",
+                "| {name} | {:.3} | {:.3} | {:.3} | {:.1} | {:.2} | {:.3} |\n",
                 e.success_rate,
                 e.score,
+                e.format_valid_rate,
                 e.think_tokens_per_turn,
                 e.turns_per_episode,
                 e.tds_resample_rate

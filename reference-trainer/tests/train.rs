@@ -1,0 +1,297 @@
+//! `reference-trainer train` as a user runs it, on tiny settings: every environment trains end to
+//! end (cold start → held-out eval → RL → checkpoints, metrics, plots, results table); a run
+//! killed with SIGKILL during an iteration resumes and produces exactly the metrics of an
+//! uninterrupted run; bad configs and misuse of an output folder are clear errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use reference_trainer::rollout::EnvKind;
+use reference_trainer::train::{MetricsLine, MetricsLog, TrainConfig};
+
+fn cli(cache: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_reference-trainer"));
+    c.env("T2PO_CACHE", cache).env("RAYON_NUM_THREADS", "1");
+    c
+}
+
+/// The shipped config of `env`, shrunk so a run takes seconds.
+fn tiny(env: EnvKind, iterations: usize) -> TrainConfig {
+    let mut c = TrainConfig::default_for(env).unwrap();
+    c.model.hidden_size = 32;
+    c.model.intermediate_size = 64;
+    c.model.num_hidden_layers = 1;
+    c.model.head_dim = 8;
+    c.rollout.tasks_per_iteration = 2;
+    c.rollout.group_size = 2;
+    c.rollout.max_turns = c.rollout.max_turns.min(3);
+    c.rollout.max_response_tokens = 40;
+    c.rollout.max_prompt_tokens = 200;
+    c.control.max_think = 24;
+    c.control.min_len = 4;
+    c.optim.micro_batch_tokens = 1024;
+    c.optim.mini_batches = 2;
+    c.rft.demo_tasks = 3;
+    c.rft.rounds = 1;
+    c.rft.tasks = 2;
+    c.rft.group_size = 1;
+    c.rft.score_threshold = 0.0;
+    c.rft.epochs = 1;
+    c.train.iterations = iterations;
+    c.train.eval_every = 2;
+    c.train.eval_tasks = 2;
+    c.train.checkpoint_every = 1;
+    c
+}
+
+fn write_config(dir: &Path, cfg: &TrainConfig) -> PathBuf {
+    let path = dir.join(format!("{}.toml", cfg.env.as_str()));
+    std::fs::write(&path, cfg.to_toml().unwrap()).unwrap();
+    path
+}
+
+fn ok(out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn fails(out: Output) -> String {
+    assert!(
+        !out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+#[test]
+fn every_environment_trains_end_to_end() {
+    let cache = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    for env in EnvKind::ALL {
+        let cfg_path = write_config(work.path(), &tiny(env, 2));
+        let out = work.path().join(format!("run-{}", env.as_str()));
+        let stdout = ok(cli(cache.path())
+            .args(["train", "--quiet", "--config"])
+            .arg(&cfg_path)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap());
+        assert!(stdout.contains("before RL (after cold start)"), "{stdout}");
+        assert!(stdout.contains("| after RL |"), "{stdout}");
+        let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+        let stages: Vec<(&str, usize)> = lines
+            .iter()
+            .map(|l| (l.stage.as_str(), l.iteration))
+            .collect();
+        assert_eq!(
+            stages,
+            [("rft", 0), ("rft", 0), ("eval", 0), ("rl", 1), ("rl", 2)],
+            "{env:?}"
+        );
+        let rl = &lines[4];
+        let r = rl.rollout.as_ref().unwrap();
+        assert_eq!(r.episodes, 4, "{env:?}");
+        assert!(r.turns_per_episode >= 1.0);
+        let u = rl.update.as_ref().unwrap();
+        assert!(u.rows > 0 && u.steps == 2 && u.tokens > 0, "{env:?}: {u:?}");
+        assert!(u.grad_norm.is_finite());
+        assert_eq!(
+            u.kl.is_some(),
+            env == EnvKind::Alfworld,
+            "KL on ALFWorld only"
+        );
+        assert!(rl.eval.is_some(), "held-out evaluation at iteration 2");
+        for p in [
+            "success.png",
+            "score.png",
+            "think_tokens.png",
+            "resample_rate.png",
+        ] {
+            let bytes = std::fs::read(out.join("plots").join(p)).unwrap();
+            assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{p}");
+        }
+        assert!(out.join("results.md").is_file());
+        assert!(out.join("cold-start").join("model.safetensors").is_file());
+        let latest = std::fs::read_to_string(out.join("checkpoints").join("latest")).unwrap();
+        assert_eq!(latest, "iter-000002");
+        // The checkpoint is a Hugging Face folder `eval` and `generate` load.
+        let ck = out.join("checkpoints").join("iter-000002");
+        let stdout = ok(cli(cache.path())
+            .args([
+                "eval",
+                "--env",
+                env.as_str(),
+                "--tasks",
+                "1",
+                "--checkpoint",
+            ])
+            .arg(&ck)
+            .output()
+            .unwrap());
+        assert!(stdout.contains("success_rate"), "{stdout}");
+    }
+}
+
+/// A metrics line without the wall-clock fields.
+fn timeless(l: &MetricsLine) -> serde_json::Value {
+    fn strip(v: &mut serde_json::Value) {
+        if let serde_json::Value::Object(m) = v {
+            m.remove("seconds");
+            m.remove("tokens_per_second");
+            for x in m.values_mut() {
+                strip(x);
+            }
+        }
+    }
+    let mut v = serde_json::to_value(l).unwrap();
+    strip(&mut v);
+    v
+}
+
+#[test]
+fn a_run_killed_mid_iteration_resumes_exactly() {
+    let cache = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let cfg_path = write_config(work.path(), &tiny(EnvKind::Webshop, 4));
+    let train = |out: &Path| {
+        let mut c = cli(cache.path());
+        c.args(["train", "--quiet", "--config"])
+            .arg(&cfg_path)
+            .arg("--out")
+            .arg(out);
+        c
+    };
+    let whole = work.path().join("whole");
+    ok(train(&whole).output().unwrap());
+    let reference = MetricsLog::new(whole.join("metrics.jsonl")).read().unwrap();
+
+    // Kill while iteration 3 runs: after the checkpoint of iteration 2 is the latest and before
+    // iteration 3's metrics line exists. A kill that came too late is retried.
+    let mut killed_mid_step = false;
+    for attempt in 0..4 {
+        let out = work.path().join(format!("killed-{attempt}"));
+        let mut child = train(&out)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let latest = out.join("checkpoints").join("latest");
+        let t0 = Instant::now();
+        while std::fs::read_to_string(&latest).ok().as_deref() != Some("iter-000002") {
+            assert!(t0.elapsed() < Duration::from_secs(300), "no checkpoint 2");
+            assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let seen = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+        if seen.iter().any(|l| l.iteration >= 3) {
+            continue;
+        }
+        killed_mid_step = true;
+        let stdout = ok(train(&out).arg("--resume").output().unwrap());
+        assert!(stdout.contains("resuming"), "{stdout}");
+        let resumed = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+        assert_eq!(resumed.len(), reference.len());
+        for (a, b) in reference.iter().zip(&resumed) {
+            assert_eq!(timeless(a), timeless(b), "iteration {}", a.iteration);
+        }
+        // Same weights at the end, bit for bit.
+        let w = |dir: &Path| {
+            std::fs::read(dir.join("checkpoints/iter-000004/model.safetensors")).unwrap()
+        };
+        assert!(w(&whole) == w(&out), "final weights differ");
+        break;
+    }
+    assert!(
+        killed_mid_step,
+        "never managed to kill the run during iteration 3"
+    );
+}
+
+#[test]
+fn bad_configs_and_misused_output_folders_are_clear_errors() {
+    let cache = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let base = tiny(EnvKind::Search, 1).to_toml().unwrap();
+    let bad = |name: &str, text: String| -> String {
+        let p = work.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        fails(
+            cli(cache.path())
+                .args(["train", "--quiet", "--config"])
+                .arg(&p)
+                .arg("--out")
+                .arg(work.path().join("never"))
+                .output()
+                .unwrap(),
+        )
+    };
+    let e = bad(
+        "unknown.toml",
+        base.replace("[optim]\n", "[optim]\nmomentum = 0.9\n"),
+    );
+    assert!(e.contains("unknown.toml") && e.contains("momentum"), "{e}");
+    let e = bad(
+        "type.toml",
+        base.replace("gamma = 0.95", "gamma = \"high\""),
+    );
+    assert!(e.contains("type.toml") && e.contains("gamma"), "{e}");
+    let e = bad("range.toml", base.replace("eta = 0.15", "eta = -1.0"));
+    assert!(e.contains("control.eta") && e.contains("[0, 10]"), "{e}");
+    let e = fails(
+        cli(cache.path())
+            .args(["train", "--config", "/nonexistent/run.toml"])
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("/nonexistent/run.toml"), "{e}");
+    assert!(
+        !work.path().join("never").exists(),
+        "nothing written for a bad config"
+    );
+
+    // A finished run is not overwritten; --resume with another config is refused.
+    let cfg_path = work.path().join("ok.toml");
+    std::fs::write(&cfg_path, &base).unwrap();
+    let out = work.path().join("run");
+    let train = || {
+        let mut c = cli(cache.path());
+        c.args(["train", "--quiet", "--config"])
+            .arg(&cfg_path)
+            .arg("--out")
+            .arg(&out);
+        c
+    };
+    ok(train().output().unwrap());
+    let e = fails(train().output().unwrap());
+    assert!(
+        e.contains("already holds a run") && e.contains("--resume"),
+        "{e}"
+    );
+    std::fs::write(&cfg_path, base.replace("eta = 0.15", "eta = 0.2")).unwrap();
+    let e = fails(train().arg("--resume").output().unwrap());
+    assert!(e.contains("control.eta"), "{e}");
+    // An output folder that is a file.
+    let file = work.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let e = fails(
+        cli(cache.path())
+            .args(["train", "--quiet", "--config"])
+            .arg(&cfg_path)
+            .arg("--out")
+            .arg(&file)
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("a-file"), "{e}");
+}
