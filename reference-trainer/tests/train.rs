@@ -259,6 +259,25 @@ fn bad_configs_and_misused_output_folders_are_clear_errors() {
         !work.path().join("never").exists(),
         "nothing written for a bad config"
     );
+    // A missing model to start from.
+    let good = work.path().join("good.toml");
+    std::fs::write(&good, &base).unwrap();
+    let e = fails(
+        cli(cache.path())
+            .args([
+                "train",
+                "--quiet",
+                "--init",
+                "/nonexistent/model",
+                "--config",
+            ])
+            .arg(&good)
+            .arg("--out")
+            .arg(work.path().join("init-run"))
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("/nonexistent/model"), "{e}");
 
     // A finished run is not overwritten; --resume with another config is refused.
     let cfg_path = work.path().join("ok.toml");
