@@ -177,7 +177,7 @@ impl PackedRows {
 }
 
 /// Concatenates the response-token fields of `rows`.
-pub fn pack_rows(rows: &[TrainingRow]) -> PackedRows {
+pub fn pack_rows<'a>(rows: impl IntoIterator<Item = &'a TrainingRow>) -> PackedRows {
     let mut out = PackedRows {
         advantages: Vec::new(),
         response_mask: Vec::new(),

@@ -122,8 +122,7 @@ pub fn update(
                 ),
                 _ => None,
             };
-            let owned: Vec<TrainingRow> = batch.iter().map(|r| (*r).clone()).collect();
-            let packed = pack_rows(&owned);
+            let packed = pack_rows(batch.iter().copied());
             let (adv, mask) = packed
                 .tensors(DType::F32, policy.device())
                 .map_err(|e| Error::invalid("training rows", e.to_string()))?;
