@@ -13,9 +13,7 @@ use reference_trainer::rollout::{
     SamplingParams, Split,
 };
 use reference_trainer::tokenizer::Tokenizer;
-use reference_trainer::train::{
-    train, Reporter, RolloutSummary, RunOptions, RunResult, TrainConfig,
-};
+use reference_trainer::train::{train, Reporter, RunOptions, RunResult, TrainConfig};
 
 /// Log lines on stdout; one progress bar per phase on stderr (indicatif draws nothing when
 /// stderr is not a terminal, so logs and CI stay clean).
@@ -270,13 +268,16 @@ fn device_of(d: DeviceArg) -> Result<Device> {
     })
 }
 
+/// Whether `--env` was on the command line (not just its default).
+fn env_given() -> bool {
+    std::env::args().any(|a| a == "--env" || a.starts_with("--env="))
+}
+
 fn config_of(run: &RunArgs) -> Result<TrainConfig> {
     let mut cfg = match &run.config {
         Some(path) => {
             let cfg = TrainConfig::load(path)?;
-            if cfg.env != run.env
-                && std::env::args().any(|a| a == "--env" || a.starts_with("--env="))
-            {
+            if cfg.env != run.env && env_given() {
                 anyhow::bail!(
                     "--env {} but {} is a config for {}",
                     run.env.as_str(),
@@ -393,6 +394,27 @@ fn run() -> Result<()> {
         } => {
             let mut cfg = match &config {
                 Some(p) => TrainConfig::load(p)?,
+                // A training checkpoint carries its run's config: evaluated with it, it
+                // reproduces the run's own held-out numbers.
+                None if ckpt.join("trainer_state.json").is_file() => {
+                    let path = ckpt.join("trainer_state.json");
+                    let state: serde_json::Value = serde_json::from_str(
+                        &std::fs::read_to_string(&path)
+                            .with_context(|| path.display().to_string())?,
+                    )
+                    .with_context(|| path.display().to_string())?;
+                    let text = state["config"].as_str().unwrap_or_default();
+                    let cfg = TrainConfig::parse(text, &path)?;
+                    if cfg.env != env && env_given() {
+                        anyhow::bail!(
+                            "--env {} but {} was trained on {}",
+                            env.as_str(),
+                            ckpt.display(),
+                            cfg.env.as_str()
+                        );
+                    }
+                    cfg
+                }
                 None => TrainConfig::default_for(env)?,
             };
             if let Some(s) = seed {
@@ -414,21 +436,9 @@ fn run() -> Result<()> {
                 SplitArg::Train => Split::Train,
                 SplitArg::Test => Split::Test,
             };
-            let n = cfg.train.eval_tasks.min(pool.num_tasks(split));
-            let task_ids: Vec<usize> = (0..n).collect();
-            let (records, stats, secs) = reference_trainer::train::rft::run_episodes(
-                &model,
-                &tok,
-                &pool,
-                &cfg,
-                split,
-                &task_ids,
-                cfg.train.eval_episodes,
-                cfg.train.eval_temperature,
-                cfg.seed,
-                &mut rep,
+            let s = reference_trainer::train::run::evaluate_on(
+                &model, &tok, &pool, &cfg, split, &mut rep,
             )?;
-            let s = RolloutSummary::of(&records, &stats, secs);
             println!("{}", serde_json::to_string_pretty(&s)?);
             println!(
                 "| {} ({:?}, {} episodes) | success rate | task score | think tokens/turn | turns/episode |\n|---|---|---|---|---|\n| {} | {:.3} | {:.3} | {:.1} | {:.2} |",

@@ -124,21 +124,34 @@ fn every_environment_trains_end_to_end() {
         assert!(out.join("cold-start").join("model.safetensors").is_file());
         let latest = std::fs::read_to_string(out.join("checkpoints").join("latest")).unwrap();
         assert_eq!(latest, "iter-000002");
-        // The checkpoint is a Hugging Face folder `eval` and `generate` load.
+        // The checkpoint is a Hugging Face folder `eval` loads; with the run's config (which
+        // the checkpoint carries) it reproduces the run's own held-out numbers.
         let ck = out.join("checkpoints").join("iter-000002");
         let stdout = ok(cli(cache.path())
-            .args([
-                "eval",
-                "--env",
-                env.as_str(),
-                "--tasks",
-                "1",
-                "--checkpoint",
-            ])
+            .args(["eval", "--env", env.as_str(), "--checkpoint"])
             .arg(&ck)
             .output()
             .unwrap());
-        assert!(stdout.contains("success_rate"), "{stdout}");
+        let json = &stdout[..stdout.find("\n}\n").expect("a JSON summary") + 2];
+        let again: reference_trainer::train::RolloutSummary = serde_json::from_str(json).unwrap();
+        let own = rl.eval.as_ref().unwrap();
+        assert_eq!(
+            (again.episodes, again.decoded_tokens, again.prefill_tokens),
+            (own.episodes, own.decoded_tokens, own.prefill_tokens),
+            "{env:?}"
+        );
+        assert_eq!(
+            (
+                again.success_rate,
+                again.format_valid_rate,
+                again.think_tokens_per_turn
+            ),
+            (
+                own.success_rate,
+                own.format_valid_rate,
+                own.think_tokens_per_turn
+            )
+        );
     }
 }
 

@@ -102,14 +102,27 @@ pub fn evaluate(
     cfg: &TrainConfig,
     rep: &mut dyn Reporter,
 ) -> Result<RolloutSummary> {
-    let n = cfg.train.eval_tasks.min(pool.num_tasks(Split::Test));
+    evaluate_on(policy, tokenizer, pool, cfg, Split::Test, rep)
+}
+
+/// [`evaluate`] on either split (the `eval` command: a checkpoint evaluated with its run's
+/// config reproduces the run's own evaluation exactly).
+pub fn evaluate_on(
+    policy: &Qwen3,
+    tokenizer: &Tokenizer,
+    pool: &EnvPool,
+    cfg: &TrainConfig,
+    split: Split,
+    rep: &mut dyn Reporter,
+) -> Result<RolloutSummary> {
+    let n = cfg.train.eval_tasks.min(pool.num_tasks(split));
     let tasks: Vec<usize> = (0..n).collect();
     let (records, stats, secs) = run_episodes(
         policy,
         tokenizer,
         pool,
         cfg,
-        Split::Test,
+        split,
         &tasks,
         cfg.train.eval_episodes,
         cfg.train.eval_temperature,
