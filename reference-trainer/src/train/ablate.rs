@@ -215,9 +215,9 @@ fn mean_curve(curves: &[Vec<(f64, f64)>]) -> Vec<(f64, f64)> {
 /// The markdown table of the arms.
 pub fn table(base: &TrainConfig, seeds: &[u64], arms: &[ArmResult]) -> String {
     let mut s = format!(
-        "{} , {} RL iterations × {} tasks × {} episodes, seeds {:?}; held-out: {} tasks × {} episodes\n\n\
-         | method | held-out success (mean ± std) | task score | think tokens/turn | turns/episode | TDS resample rate | RL wall time (s) |\n\
-         |---|---|---|---|---|---|---|\n",
+        "{}, {} RL iterations × {} tasks × {} episodes, seeds {:?}; held-out: {} tasks × {} episodes\n\n\
+         | method | held-out success (mean ± std) | task score | format-valid turns | think tokens/turn | turns/episode | TDS resample rate | RL wall time (s) |\n\
+         |---|---|---|---|---|---|---|---|\n",
         base.env.as_str(),
         base.train.iterations,
         base.rollout.tasks_per_iteration,
@@ -232,12 +232,13 @@ pub fn table(base: &TrainConfig, seeds: &[u64], arms: &[ArmResult]) -> String {
         };
         let (sm, ss) = f(&|e| e.success_rate);
         let (sc, _) = f(&|e| e.score);
+        let (fv, _) = f(&|e| e.format_valid_rate);
         let (th, _) = f(&|e| e.think_tokens_per_turn);
         let (tu, _) = f(&|e| e.turns_per_episode);
         let (rs, _) = f(&|e| e.tds_resample_rate);
         let (wt, _) = mean_std(&a.seconds);
         s.push_str(&format!(
-            "| {} | {sm:.3} ± {ss:.3} | {sc:.3} | {th:.1} | {tu:.2} | {rs:.3} | {wt:.0} |\n",
+            "| {} | {sm:.3} ± {ss:.3} | {sc:.3} | {fv:.3} | {th:.1} | {tu:.2} | {rs:.3} | {wt:.0} |\n",
             a.variant.name()
         ));
     }
