@@ -117,7 +117,7 @@ pub fn ablate(
         cfg.seed = seed;
         let cold_out = out.join(format!("seed-{seed}")).join("cold");
         rep.line(&format!("ablation seed {seed}: cold start"));
-        let cold = train(
+        train(
             cfg.clone(),
             &RunOptions {
                 out: cold_out.clone(),
@@ -130,7 +130,6 @@ pub fn ablate(
             },
             rep,
         )?;
-        let _ = cold;
         let init: PathBuf = cold_out.join("cold-start");
         for arm in &mut arms {
             rep.line(&format!("ablation seed {seed}: {}", arm.variant.name()));
