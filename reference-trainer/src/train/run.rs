@@ -287,7 +287,6 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
             format: FORMAT,
             iteration,
             optimizer_step: opt.steps(),
-            seed: cfg.seed,
             config: cfg.to_toml()?,
         })
     };
@@ -491,72 +490,51 @@ pub fn write_plots(dir: &Path, lines: &[MetricsLine]) -> Result<Vec<PathBuf>> {
     let pick_eval = |f: &dyn Fn(&RolloutSummary) -> f64| -> Vec<(f64, f64)> {
         evals.iter().map(|(x, e)| (*x, f(e))).collect()
     };
+    // Train-rollout curve of `f`, plus the held-out one where `held_out`.
+    let chart = |title: &str, y_label: &str, f: &dyn Fn(&RolloutSummary) -> f64, held_out: bool| {
+        let mut series = vec![Series {
+            name: "train rollout".into(),
+            points: pick(f),
+        }];
+        if held_out {
+            series.push(Series {
+                name: "held-out".into(),
+                points: pick_eval(f),
+            });
+        }
+        Chart {
+            title: title.into(),
+            x_label: "RL iteration".into(),
+            y_label: y_label.into(),
+            series,
+        }
+    };
     let charts = [
         (
             "success.png",
-            Chart {
-                title: "Success rate".into(),
-                x_label: "RL iteration".into(),
-                y_label: "success rate".into(),
-                series: vec![
-                    Series {
-                        name: "train rollout".into(),
-                        points: pick(&|r| r.success_rate),
-                    },
-                    Series {
-                        name: "held-out".into(),
-                        points: pick_eval(&|r| r.success_rate),
-                    },
-                ],
-            },
+            chart("Success rate", "success rate", &|r| r.success_rate, true),
         ),
         (
             "score.png",
-            Chart {
-                title: "Task score".into(),
-                x_label: "RL iteration".into(),
-                y_label: "score".into(),
-                series: vec![
-                    Series {
-                        name: "train rollout".into(),
-                        points: pick(&|r| r.score),
-                    },
-                    Series {
-                        name: "held-out".into(),
-                        points: pick_eval(&|r| r.score),
-                    },
-                ],
-            },
+            chart("Task score", "score", &|r| r.score, true),
         ),
         (
             "think_tokens.png",
-            Chart {
-                title: "Think tokens per turn".into(),
-                x_label: "RL iteration".into(),
-                y_label: "tokens".into(),
-                series: vec![
-                    Series {
-                        name: "train rollout".into(),
-                        points: pick(&|r| r.think_tokens_per_turn),
-                    },
-                    Series {
-                        name: "held-out".into(),
-                        points: pick_eval(&|r| r.think_tokens_per_turn),
-                    },
-                ],
-            },
+            chart(
+                "Think tokens per turn",
+                "tokens",
+                &|r| r.think_tokens_per_turn,
+                true,
+            ),
         ),
         (
             "resample_rate.png",
-            Chart {
-                title: "TDS resample rate".into(),
-                x_label: "RL iteration".into(),
-                y_label: "discarded / generations".into(),
-                series: vec![Series {
-                    name: "train rollout".into(),
-                    points: pick(&|r| r.tds_resample_rate),
-                }],
-            },
+            chart(
+                "TDS resample rate",
+                "discarded / generations",
+                &|r| r.tds_resample_rate,
+                false,
+            ),
         ),
     ];
     let mut out = Vec::new();

@@ -1,8 +1,8 @@
 //! Training checkpoints: `OUT/checkpoints/iter-NNNNNN/` holds the policy in the Hugging Face
 //! layout (`config.json`, `model.safetensors`, `tokenizer.json`, `tokenizer_config.json` — it
 //! loads in `transformers` and in `generate --checkpoint`), the optimizer's moments
-//! (`optimizer.safetensors`) and `trainer_state.json` (iteration, optimizer step, seed, the
-//! config). `OUT/checkpoints/latest` names the newest one.
+//! (`optimizer.safetensors`) and `trainer_state.json` (iteration, optimizer step, the config,
+//! seed included). `OUT/checkpoints/latest` names the newest one.
 //!
 //! A checkpoint is written into a temporary folder, synced, and renamed into place; only then
 //! does `latest` move (itself replaced atomically) and old checkpoints get pruned. A crash or a
@@ -32,9 +32,7 @@ pub struct TrainerState {
     pub iteration: usize,
     /// Optimizer steps taken (also saved with the moments).
     pub optimizer_step: u64,
-    /// The run's seed (with the iteration, the whole RNG state).
-    pub seed: u64,
-    /// The run's config, as TOML.
+    /// The run's config, as TOML (its seed and `iteration` are the whole RNG state).
     pub config: String,
 }
 
@@ -239,7 +237,6 @@ mod tests {
             format: FORMAT,
             iteration: 1,
             optimizer_step: 0,
-            seed: 7,
             config: "x = 1".into(),
         };
         assert!(latest(out).unwrap().is_none());
@@ -299,7 +296,6 @@ mod tests {
             format: FORMAT,
             iteration: 0,
             optimizer_step: 0,
-            seed: 7,
             config: String::new(),
         };
         let ck = save(out, &model, &tok, &opt, &state, 1).unwrap();
