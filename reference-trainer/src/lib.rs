@@ -10,6 +10,7 @@
 //! `t2po-control`, `t2po-envs`}.
 
 pub mod algo;
+mod alloc;
 pub mod defaults;
 pub mod error;
 pub mod model;
@@ -17,4 +18,5 @@ pub mod rollout;
 pub mod tokenizer;
 pub mod train;
 
+pub use alloc::tune_allocator;
 pub use error::{Error, Result};

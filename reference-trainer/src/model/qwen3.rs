@@ -14,6 +14,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;
 use serde::{Deserialize, Serialize};
 
+use super::fused::{self, Visibility};
 use super::kv_cache::KvCache;
 use super::ops;
 use crate::error::{Error, Result};
@@ -307,6 +308,10 @@ pub struct Qwen3 {
     lm_head: Tensor,
     cos: Tensor,
     sin: Tensor,
+    /// `[positions, head_dim]`: `[cos ‖ sin]` per position, the fused RoPE's table.
+    cos_sin: Tensor,
+    /// Whether the forward runs the fused kernels ([`fused`]) or the composed reference ops.
+    fused: bool,
     dtype: DType,
     device: Device,
 }
@@ -434,6 +439,7 @@ impl Qwen3 {
             dtype,
             device,
         )?;
+        let cos_sin = Tensor::cat(&[&cos, &sin], 1)?;
         Ok(Self {
             norm: get("model.norm.weight"),
             cfg,
@@ -443,9 +449,38 @@ impl Qwen3 {
             lm_head,
             cos,
             sin,
+            cos_sin,
+            fused: Self::can_fuse(dtype, device),
             dtype,
             device: device.clone(),
         })
+    }
+
+    fn can_fuse(dtype: DType, device: &Device) -> bool {
+        dtype == DType::F32 && device.is_cpu()
+    }
+
+    /// Whether the forward and backward run the fused kernels of [`fused`] (the default for f32
+    /// on the CPU) or the composed candle ops of [`ops`] (the reference; the only path on
+    /// other dtypes and devices).
+    pub fn fused(&self) -> bool {
+        self.fused
+    }
+
+    /// Switches between the fused kernels and the composed reference ops. The fused kernels
+    /// exist for f32 on the CPU only: asking for them elsewhere is an error.
+    pub fn set_fused(&mut self, on: bool) -> Result<()> {
+        if on && !Self::can_fuse(self.dtype, &self.device) {
+            return Err(Error::invalid(
+                "fused kernels",
+                format!(
+                    "they run on f32 CPU tensors; this model is {:?} on {:?}",
+                    self.dtype, self.device
+                ),
+            ));
+        }
+        self.fused = on;
+        Ok(())
     }
 
     /// The model's config.
@@ -483,17 +518,19 @@ impl Qwen3 {
                 Var::from_tensor(&v.as_tensor().copy()?.detach())?,
             );
         }
-        Self::assemble(self.cfg.clone(), params, self.dtype, &self.device)
+        let mut copy = Self::assemble(self.cfg.clone(), params, self.dtype, &self.device)?;
+        copy.fused = self.fused;
+        Ok(copy)
     }
 
-    /// The final hidden states `[B, L, d]` of `tokens: [B, L]` at `positions: [B, L]` (u32)
-    /// under `mask: [B, 1, 1, L, T]`; with a cache, the new keys/values are appended to it
-    /// (the caller advances it).
-    pub fn forward_hidden(
+    /// The final hidden states `[B, L, d]` of `tokens: [B, L]` at `positions: [B, L]` (u32),
+    /// each query seeing the keys `vis` allows; with a cache, the new keys/values are appended
+    /// to it (the caller advances it).
+    fn forward_hidden(
         &self,
         tokens: &Tensor,
         positions: &Tensor,
-        mask: &Tensor,
+        vis: &Visibility,
         mut cache: Option<&mut KvCache>,
     ) -> Result<Tensor> {
         let (b, l) = tokens.dims2()?;
@@ -504,6 +541,46 @@ impl Qwen3 {
             cfg.head_dim,
         );
         let flat_pos = positions.flatten_all()?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let eps = cfg.rms_norm_eps;
+        let mut x = self
+            .embed_tokens
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, l, cfg.hidden_size))?;
+        if self.fused {
+            let cs = self.cos_sin.index_select(&flat_pos, 0)?;
+            for (i, layer) in self.layers.iter().enumerate() {
+                let hn = fused::rms_norm(&x, &layer.input_layernorm, eps)?;
+                let qkv = |p: &Proj, heads: usize, norm: Option<&Tensor>| -> Result<Tensor> {
+                    let t = p.forward(&hn)?.reshape((b, l, heads, hd))?;
+                    let t = match norm {
+                        Some(w) => fused::rope(&fused::rms_norm(&t, w, eps)?, &cs)?,
+                        None => t,
+                    };
+                    Ok(t.transpose(1, 2)?)
+                };
+                let q = qkv(&layer.q_proj, h, Some(&layer.q_norm))?;
+                let k = qkv(&layer.k_proj, kv, Some(&layer.k_norm))?;
+                let v = qkv(&layer.v_proj, kv, None)?;
+                let (k, v) = match cache.as_deref_mut() {
+                    Some(c) => c.append(i, &k, &v)?,
+                    None => (k.contiguous()?, v.contiguous()?),
+                };
+                let ctx = fused::attention(&q, &k, &v, vis, scale)?;
+                let ctx = ctx.transpose(1, 2)?.reshape((b, l, h * hd))?;
+                x = (x + layer.o_proj.forward(&ctx)?)?;
+                let hn = fused::rms_norm(&x, &layer.post_attention_layernorm, eps)?;
+                let act = fused::swiglu(
+                    &ops::linear(&hn, &layer.gate_proj, None)?,
+                    &ops::linear(&hn, &layer.up_proj, None)?,
+                )?;
+                x = (&x + ops::linear(&act, &layer.down_proj, None)?)?;
+            }
+            if let Some(c) = cache {
+                c.advance(l);
+            }
+            return Ok(fused::rms_norm(&x, &self.norm, eps)?);
+        }
         let cos = self
             .cos
             .index_select(&flat_pos, 0)?
@@ -512,13 +589,7 @@ impl Qwen3 {
             .sin
             .index_select(&flat_pos, 0)?
             .reshape((b, 1, l, hd / 2))?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        let eps = cfg.rms_norm_eps;
-
-        let mut x = self
-            .embed_tokens
-            .index_select(&tokens.flatten_all()?, 0)?
-            .reshape((b, l, cfg.hidden_size))?;
+        let mask = ops::attention_mask(&vis.pad, vis.past, l, self.dtype, &self.device)?;
         for (i, layer) in self.layers.iter().enumerate() {
             let hn = ops::rms_norm(&x, &layer.input_layernorm, eps)?;
             let q = layer
@@ -542,7 +613,7 @@ impl Qwen3 {
                 Some(c) => c.append(i, &k, &v)?,
                 None => (k, v.contiguous()?),
             };
-            let ctx = ops::attention(&q, &k, &v, mask, scale)?;
+            let ctx = ops::attention(&q, &k, &v, &mask, scale)?;
             let ctx = ctx.transpose(1, 2)?.reshape((b, l, h * hd))?;
             x = (x + layer.o_proj.forward(&ctx)?)?;
             let hn = ops::rms_norm(&x, &layer.post_attention_layernorm, eps)?;
@@ -562,12 +633,12 @@ impl Qwen3 {
     /// Logits `[B, L, V]` at every position of right-padded sequences (positions from 0; a
     /// row's padding never influences its real positions, so those logits are exact).
     pub fn forward_logits(&self, seqs: &[Vec<u32>]) -> Result<Tensor> {
-        let (tokens, positions, mask) = self.right_padded(seqs)?;
-        let hidden = self.forward_hidden(&tokens, &positions, &mask, None)?;
+        let (tokens, positions, vis) = self.right_padded(seqs)?;
+        let hidden = self.forward_hidden(&tokens, &positions, &vis, None)?;
         self.lm_head(&hidden)
     }
 
-    fn right_padded(&self, seqs: &[Vec<u32>]) -> Result<(Tensor, Tensor, Tensor)> {
+    fn right_padded(&self, seqs: &[Vec<u32>]) -> Result<(Tensor, Tensor, Visibility)> {
         let l = seqs.iter().map(Vec::len).max().unwrap_or(0);
         if seqs.is_empty() || l == 0 {
             return Err(Error::invalid(
@@ -585,8 +656,12 @@ impl Qwen3 {
         let positions: Vec<u32> = (0..b).flat_map(|_| 0..l as u32).collect();
         let tokens = Tensor::from_vec(tokens, (b, l), &self.device)?;
         let positions = Tensor::from_vec(positions, (b, l), &self.device)?;
-        let mask = ops::attention_mask(&vec![0; b], 0, l, self.dtype, &self.device)?;
-        Ok((tokens, positions, mask))
+        let vis = Visibility {
+            pad: vec![0; b].into(),
+            past: 0,
+            new: l,
+        };
+        Ok((tokens, positions, vis))
     }
 
     fn check_len(&self, l: usize) -> Result<()> {
@@ -640,9 +715,9 @@ impl Qwen3 {
         if start.len() != seqs.len() {
             return Err(Error::invalid("start", "one start per sequence"));
         }
-        let (tokens, positions, mask) = self.right_padded(seqs)?;
+        let (tokens, positions, vis) = self.right_padded(seqs)?;
         let (b, l) = tokens.dims2()?;
-        let hidden = self.forward_hidden(&tokens, &positions, &mask, None)?;
+        let hidden = self.forward_hidden(&tokens, &positions, &vis, None)?;
         let mut rows = Vec::new();
         let mut targets = Vec::new();
         for (r, (s, &st)) in seqs.iter().zip(start).enumerate() {
@@ -667,6 +742,10 @@ impl Qwen3 {
             .reshape((b * l, self.cfg.hidden_size))?
             .index_select(&rows, 0)?;
         let mut logits = self.lm_head(&picked)?;
+        if self.fused {
+            let (log_probs, entropy) = fused::log_prob_entropy(&logits, &targets, temperature)?;
+            return Ok(TokenLogProbs { log_probs, entropy });
+        }
         if temperature != 1.0 {
             logits = (logits / temperature)?;
         }
@@ -713,8 +792,12 @@ impl Qwen3 {
         )?;
         let tokens = Tensor::from_vec(tokens, (b, l), &self.device)?;
         let positions = Tensor::from_vec(positions, (b, l), &self.device)?;
-        let mask = ops::attention_mask(&pad, 0, l, self.dtype, &self.device)?;
-        let hidden = self.forward_hidden(&tokens, &positions, &mask, Some(&mut cache))?;
+        let vis = Visibility {
+            pad: pad.into(),
+            past: 0,
+            new: l,
+        };
+        let hidden = self.forward_hidden(&tokens, &positions, &vis, Some(&mut cache))?;
         let last = hidden.narrow(1, l - 1, 1)?.squeeze(1)?;
         Ok((cache, self.lm_head(&last)?))
     }
@@ -737,10 +820,14 @@ impl Qwen3 {
             ));
         }
         let positions: Vec<u32> = cache.pad().iter().map(|&p| (past - p) as u32).collect();
-        let mask = ops::attention_mask(cache.pad(), past, 1, self.dtype, &self.device)?;
+        let vis = Visibility {
+            pad: cache.pad().into(),
+            past,
+            new: 1,
+        };
         let tokens = Tensor::from_vec(tokens.to_vec(), (b, 1), &self.device)?;
         let positions = Tensor::from_vec(positions, (b, 1), &self.device)?;
-        let hidden = self.forward_hidden(&tokens, &positions, &mask, Some(cache))?;
+        let hidden = self.forward_hidden(&tokens, &positions, &vis, Some(cache))?;
         self.lm_head(&hidden.squeeze(1)?)
     }
 }

@@ -1,0 +1,82 @@
+//! Training-step speed: forward + per-token log-probs (cross-entropy) + backward + AdamW, on
+//! random token batches of the shapes issue 11 names — the default-shaped 1 M-parameter Qwen3
+//! (vocab 4096, d 128, 2 layers, 4 heads / 2 KV, head_dim 32, MLP 512, tied) at 16×256 and
+//! 8×1024 tokens, and a 5 M-parameter one (d 256, 4 layers, MLP 1024) at 16×256.
+//!
+//! `cargo bench -p reference-trainer --bench train_step [-- --json] [-- --quick]`
+//! (`benches/speed_vs_torch.py` runs it next to PyTorch and prints the ratios.)
+
+use std::time::Instant;
+
+use candle_core::{DType, Device};
+use reference_trainer::model::{Qwen3, Qwen3Config};
+use reference_trainer::train::optimizer::{Accumulated, AdamW, AdamWConfig};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn step(model: &Qwen3, opt: &mut AdamW, seqs: &[Vec<u32>]) -> f64 {
+    let start = vec![1usize; seqs.len()];
+    let out = model.token_log_probs(seqs, &start).unwrap();
+    let n = out.log_probs.dim(0).unwrap();
+    let loss = (out.log_probs.sum_all().unwrap().neg().unwrap() / n as f64).unwrap();
+    let mut acc = Accumulated::default();
+    acc.add(model.params(), &loss.backward().unwrap()).unwrap();
+    opt.step(model.params(), &acc).unwrap();
+    loss.to_scalar::<f32>().unwrap() as f64
+}
+
+fn main() {
+    reference_trainer::tune_allocator();
+    let args: Vec<String> = std::env::args().collect();
+    let json = args.iter().any(|a| a == "--json");
+    let quick = args.iter().any(|a| a == "--quick");
+    let reps = if quick { 2 } else { 5 };
+    let shapes = [
+        ("1M", 128usize, 2usize, 512usize, 16usize, 256usize),
+        ("1M", 128, 2, 512, 8, 1024),
+        ("5M", 256, 4, 1024, 16, 256),
+    ];
+    let mut rows = Vec::new();
+    for (name, d, layers, mlp, b, l) in shapes {
+        let cfg = Qwen3Config::small(4096, d, mlp, layers, 4, 2, d / 4, 2048);
+        let seqs: Vec<Vec<u32>> = (0..b)
+            .map(|r| {
+                (0..l)
+                    .map(|t| ((r * 7919 + t * 104729) % 4096) as u32)
+                    .collect()
+            })
+            .collect();
+        // Both paths from the same weights, timed alternately (best of `reps` each).
+        let mut arms = Vec::new();
+        for fused in [false, true] {
+            let mut model = Qwen3::random(cfg.clone(), 1, DType::F32, &Device::Cpu).unwrap();
+            model.set_fused(fused).unwrap();
+            let mut opt = AdamW::new(AdamWConfig::default()).unwrap();
+            step(&model, &mut opt, &seqs);
+            arms.push((model, opt, f64::INFINITY));
+        }
+        for _ in 0..reps {
+            for (model, opt, best) in &mut arms {
+                let t = Instant::now();
+                step(model, opt, &seqs);
+                *best = best.min(t.elapsed().as_secs_f64());
+            }
+        }
+        let tok = (b * l) as f64;
+        rows.push((format!("train {name} {b}x{l} composed"), tok / arms[0].2));
+        rows.push((format!("train {name} {b}x{l} fused"), tok / arms[1].2));
+    }
+    if json {
+        let obj: serde_json::Map<String, serde_json::Value> = rows
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+            .collect();
+        println!("{}", serde_json::Value::Object(obj));
+    } else {
+        println!("| measure | tok/s |\n|---|---|");
+        for (k, v) in &rows {
+            println!("| {k} | {v:.0} |");
+        }
+    }
+}
