@@ -7,6 +7,8 @@ pub mod data;
 pub mod expert;
 pub mod generate;
 pub mod goal;
+pub mod python_text;
+mod python_unicode_table;
 pub mod reward;
 pub mod search;
 pub mod site;

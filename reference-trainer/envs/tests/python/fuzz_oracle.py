@@ -1,0 +1,75 @@
+"""The Python side of tests/webshop_python_parity.rs (run by it; not a test of its own).
+
+argv: CASES OUT_DIR. CASES holds one JSON object per line, {"a": A, "b": B}, where A and B are a
+string or a [name, value] pair (passed to thefuzz as a Python tuple, as WebShop's dict goal
+options are). Writes to OUT_DIR:
+
+* results.jsonl: per case {"ratio": thefuzz.fuzz.token_set_ratio(A, B), "raw": rapidfuzz's float
+  score on the processed strings, "str_a": str(A), "str_b": str(B)};
+* process.u32: for every code point (surrogates: 0xFFFFFFFF), the code point rapidfuzz's
+  default_process maps it to (little-endian u32);
+* printable.bits: str.isprintable() of every code point, one bit each (LSB first);
+* meta.json: versions.
+"""
+import json
+import os
+import struct
+import sys
+import unicodedata
+
+import rapidfuzz
+from rapidfuzz import fuzz as rfuzz
+from rapidfuzz.utils import default_process
+import thefuzz
+from thefuzz import fuzz, utils
+
+cases_path, out = sys.argv[1], sys.argv[2]
+
+
+def value(x):
+    return tuple(x) if isinstance(x, list) else x
+
+
+with open(cases_path, encoding="utf-8") as fh, open(
+    os.path.join(out, "results.jsonl"), "w", encoding="utf-8"
+) as res:
+    for line in fh:
+        case = json.loads(line)
+        a, b = value(case["a"]), value(case["b"])
+        raw = rfuzz.token_set_ratio(
+            utils.full_process(a, force_ascii=True), utils.full_process(b, force_ascii=True)
+        )
+        res.write(
+            json.dumps(
+                {"ratio": fuzz.token_set_ratio(a, b), "raw": raw, "str_a": str(a), "str_b": str(b)}
+            )
+            + "\n"
+        )
+
+proc = bytearray()
+bits = bytearray((0x110000 + 7) // 8)
+for cp in range(0x110000):
+    if 0xD800 <= cp <= 0xDFFF:
+        proc += struct.pack("<I", 0xFFFFFFFF)
+        continue
+    ch = chr(cp)
+    # Between two letters so the trim cannot remove a space.
+    mapped = default_process("a" + ch + "a")[1:-1]
+    assert len(mapped) == 1, (cp, mapped)
+    proc += struct.pack("<I", ord(mapped))
+    if ch.isprintable():
+        bits[cp // 8] |= 1 << (cp % 8)
+with open(os.path.join(out, "process.u32"), "wb") as fh:
+    fh.write(proc)
+with open(os.path.join(out, "printable.bits"), "wb") as fh:
+    fh.write(bits)
+with open(os.path.join(out, "meta.json"), "w") as fh:
+    json.dump(
+        {
+            "python": sys.version.split()[0],
+            "unicode": unicodedata.unidata_version,
+            "rapidfuzz": rapidfuzz.__version__,
+            "thefuzz": getattr(thefuzz, "__version__", "?"),
+        },
+        fh,
+    )
