@@ -471,7 +471,10 @@ mod tests {
         // The difference the formula makes, spelled out.
         assert_eq!(norm_score(34, 80), 57.5);
         let d = std::hint::black_box(34.0f64);
-        assert!(100.0 * (1.0 - d / 80.0) < 57.5, "the old formula's 57.4999…");
+        assert!(
+            100.0 * (1.0 - d / 80.0) < 57.5,
+            "the old formula's 57.4999…"
+        );
     }
 
     /// Preprocessing by Python's character rules (thefuzz 0.22.1 / rapidfuzz 3.14.5's values).
