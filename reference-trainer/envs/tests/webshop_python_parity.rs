@@ -1,6 +1,7 @@
 //! The WebShop reward's text handling against the Python packages the original calls: thefuzz's
-//! `token_set_ratio` (on rapidfuzz), rapidfuzz's `default_process` on every code point, Python's
-//! `str.isprintable` on every code point, and `str(tuple)` of option pairs.
+//! `token_set_ratio` (on rapidfuzz), `goal.py`'s `get_option_reward` on generated goals,
+//! rapidfuzz's `default_process` and Python's `str.isprintable` on every code point, and
+//! `str(tuple)` of option pairs.
 //!
 //! Needs a Python with `thefuzz==0.22.1 rapidfuzz==3.14.5` (`.ci/run` installs them into
 //! `$HOME/.cache/t2po-fuzz-venv` and exports `T2PO_FUZZ_PYTHON` and `T2PO_REQUIRE_THEFUZZ=1`):
@@ -18,7 +19,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use t2po_envs::rng::Rng;
 use t2po_envs::webshop::python_text::{self, is_assigned, isalnum, isprintable, lower_first};
-use t2po_envs::webshop::reward::{token_set_ratio, OptionItem};
+use t2po_envs::webshop::reward::{
+    option_matches, token_set_ratio, GoalOptions, OptionItem, COLOR_SET,
+};
+use t2po_envs::webshop::{GoalMode, Shop};
 
 fn python() -> Option<PathBuf> {
     let path = match std::env::var_os("T2PO_FUZZ_PYTHON") {
@@ -240,6 +244,54 @@ fn cases() -> Vec<(Side, Side)> {
     out
 }
 
+/// `get_option_reward` cases from generated shops (synthetic goals: dict options; human goals:
+/// list options): the purchase picks each option's goal value or another of the product's
+/// values, and some values get an adversarial character spliced in (on either side).
+fn option_cases() -> Vec<(Vec<String>, GoalOptions)> {
+    let mut rng = Rng::new(31);
+    let mut out = Vec::new();
+    let splice = |s: &str, rng: &mut Rng| -> String {
+        if !rng.chance(0.15) {
+            return s.to_string();
+        }
+        let mut chars: Vec<char> = s.chars().collect();
+        let at = rng.below(chars.len() + 1);
+        chars.insert(at, rng.pick(ADVERSARIAL));
+        chars.into_iter().collect()
+    };
+    for mode in [GoalMode::Synthetic, GoalMode::Human] {
+        let shop = Shop::generated(5, 2000, mode, 7);
+        for goal in shop.goals.iter().take(10_000) {
+            let product = &shop.catalog.products[goal.product];
+            let wanted: Vec<String> = match &goal.reward.goal_options {
+                GoalOptions::Dict(d) => d.iter().map(|(_, v)| v.clone()).collect(),
+                GoalOptions::List(l) => l.clone(),
+            };
+            let mut purchased = Vec::new();
+            for (i, (_, values)) in product.options.iter().enumerate() {
+                let v = match wanted.get(i) {
+                    Some(w) if rng.chance(0.7) => w.clone(),
+                    _ if !values.is_empty() => values[rng.below(values.len())].clone(),
+                    _ => continue,
+                };
+                purchased.push(splice(&v, &mut rng));
+            }
+            let goal_options = match &goal.reward.goal_options {
+                GoalOptions::Dict(d) => GoalOptions::Dict(
+                    d.iter()
+                        .map(|(n, v)| (n.clone(), splice(v, &mut rng)))
+                        .collect(),
+                ),
+                GoalOptions::List(l) => {
+                    GoalOptions::List(l.iter().map(|v| splice(v, &mut rng)).collect())
+                }
+            };
+            out.push((purchased, goal_options));
+        }
+    }
+    out
+}
+
 /// The rule this crate used before (Rust's `is_alphanumeric` and `to_lowercase`).
 fn rust_rule(c: char) -> char {
     let l = c.to_lowercase().next().unwrap_or(c);
@@ -274,11 +326,33 @@ fn token_set_ratio_and_character_rules_match_thefuzz() {
     }
     fh.flush().unwrap();
     drop(fh);
+    let options = option_cases();
+    let options_path = dir.path().join("options.in.jsonl");
+    let mut fh = std::io::BufWriter::new(std::fs::File::create(&options_path).unwrap());
+    writeln!(fh, "{}", json!({ "colors": COLOR_SET.to_vec() })).unwrap();
+    for (purchased, goal) in &options {
+        let (goal, dict) = match goal {
+            GoalOptions::Dict(d) => (
+                json!(d.iter().map(|(n, v)| [n, v]).collect::<Vec<_>>()),
+                true,
+            ),
+            GoalOptions::List(l) => (json!(l), false),
+        };
+        writeln!(
+            fh,
+            "{}",
+            json!({"purchased": purchased, "goal": goal, "dict": dict})
+        )
+        .unwrap();
+    }
+    fh.flush().unwrap();
+    drop(fh);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/fuzz_oracle.py");
     let run = Command::new(&py)
         .arg(script)
         .arg(&cases_path)
         .arg(dir.path())
+        .arg(&options_path)
         .output()
         .unwrap();
     assert!(
@@ -352,6 +426,28 @@ fn token_set_ratio_and_character_rules_match_thefuzz() {
         ratio_bad[..ratio_bad.len().min(20)].join("\n")
     );
     assert_eq!(str_bad, 0);
+
+    // get_option_reward on generated goals and purchases.
+    let results = std::fs::read_to_string(dir.path().join("options.jsonl")).unwrap();
+    let (mut bad, mut matched, mut goal_options) = (Vec::new(), 0, 0);
+    for ((purchased, goal), line) in options.iter().zip(results.lines()) {
+        let want = serde_json::from_str::<Value>(line).unwrap()["matches"]
+            .as_u64()
+            .unwrap() as usize;
+        let got = option_matches(purchased, goal);
+        matched += want;
+        goal_options += goal.len();
+        if got != want {
+            bad.push(format!("{purchased:?} vs {goal:?}: {got}, goal.py {want}"));
+        }
+    }
+    assert_eq!(results.lines().count(), options.len());
+    eprintln!(
+        "get_option_reward: {} cases ({goal_options} goal options, {matched} matched), {} differ",
+        options.len(),
+        bad.len()
+    );
+    assert!(bad.is_empty(), "{}", bad[..bad.len().min(20)].join("\n"));
 
     // default_process on every code point.
     let proc = std::fs::read(dir.path().join("process.u32")).unwrap();

@@ -1,6 +1,6 @@
 """The Python side of tests/webshop_python_parity.rs (run by it; not a test of its own).
 
-argv: CASES OUT_DIR. CASES holds one JSON object per line, {"a": A, "b": B}, where A and B are a
+argv: CASES OUT_DIR [OPTION_CASES]. CASES holds one JSON object per line, {"a": A, "b": B}, where A and B are a
 string or a [name, value] pair (passed to thefuzz as a Python tuple, as WebShop's dict goal
 options are). Writes to OUT_DIR:
 
@@ -9,7 +9,11 @@ options are). Writes to OUT_DIR:
 * process.u32: for every code point (surrogates: 0xFFFFFFFF), the code point rapidfuzz's
   default_process maps it to (little-endian u32);
 * printable.bits: str.isprintable() of every code point, one bit each (LSB first);
-* meta.json: versions.
+* meta.json: versions;
+* options.jsonl, with OPTION_CASES (first line {"colors": COLOR_SET}, then per line {"purchased":
+  [str], "goal": [str] or [[name, value]], "dict": bool}): per case {"matches": n}, the
+  num_option_matches of WebShop's get_option_reward as goal.py computes it (a dict goal's
+  options are passed as .items() tuples).
 """
 import json
 import os
@@ -45,6 +49,33 @@ with open(cases_path, encoding="utf-8") as fh, open(
             )
             + "\n"
         )
+
+if len(sys.argv) > 3:
+    # goal.py's normalize_color and get_option_reward, as written there.
+    with open(sys.argv[3], encoding="utf-8") as fh, open(
+        os.path.join(out, "options.jsonl"), "w", encoding="utf-8"
+    ) as res:
+        colors = json.loads(fh.readline())["colors"]
+
+        def normalize_color(color_string):
+            for norm_color in colors:
+                if norm_color in color_string:
+                    return norm_color
+            return color_string
+
+        for line in fh:
+            case = json.loads(line)
+            goal = case["goal"]
+            goal_options = [tuple(g) for g in goal] if case["dict"] else goal
+            purchased = [normalize_color(o) for o in case["purchased"]]
+            goal_options = [normalize_color(o) for o in goal_options]
+            n = 0
+            for g_option in goal_options:
+                for p_option in purchased:
+                    if fuzz.token_set_ratio(p_option, g_option) > 85:
+                        n += 1
+                        break
+            res.write(json.dumps({"matches": n}) + "\n")
 
 proc = bytearray()
 bits = bytearray((0x110000 + 7) // 8)
