@@ -12,6 +12,9 @@ not reproduce:
 * `str(tuple)` → `repr(str)`: a non-ASCII character is written as is when `str.isprintable()`,
   otherwise escaped. verl-agent runs WebShop on Python 3.10 ("Webshop requires Python <=3.10"),
   whose tables are Unicode 13.0.0 too.
+* `str.lower()` of titles, bullet points and descriptions (the attribute reward's substring
+  test): the full lowercase mapping and CPython's final-sigma rule, which needs to know which
+  characters are cased and which case-ignorable.
 
 So this must run under a Python whose `unicodedata.unidata_version` is 13.0.0 (3.9 or 3.10):
 
@@ -22,9 +25,15 @@ Output, both sorted by code point and searched by binary search:
 * `RUNS`: `(first code point, flags)`; the flags hold from that code point up to the next run's
   first code point. Flags: ALNUM (`str.isalnum`), PRINTABLE (`str.isprintable`), ASSIGNED
   (general category is not Cn; the differential test uses it to tell characters added after
-  13.0 apart when it runs under a newer Python).
-* `LOWER`: `(code point, first code point of str.lower())` for every alphanumeric code point
-  whose lowercase differs (U+0130 İ → U+0069 i: rapidfuzz keeps only the first of `i̇`).
+  13.0 apart when it runs under a newer Python), CASED and CASE_IGNORABLE as CPython's
+  final-sigma rule sees them. Python does not expose those two properties, so they are read off
+  its behaviour: `(c + "Σ").lower()` ends in `ς` exactly when `c` is cased and not
+  case-ignorable (the rule skips case-ignorable characters, then asks "cased?"), and
+  `("A" + c + "Σ").lower()` ends in `ς` when `c` is that or case-ignorable. A character that is
+  both is recorded as CASE_IGNORABLE only, which is all the rule can tell apart.
+* `LOWER`: `(code point, first code point of str.lower())` for every code point whose lowercase
+  differs. Only U+0130 İ lowercases to two code points (`i̇`, asserted here); rapidfuzz keeps the
+  first, `str.lower()` both.
 """
 import os
 import sys
@@ -37,7 +46,7 @@ if unicodedata.unidata_version != WANT:
         f"with Unicode {WANT} (Python 3.9 or 3.10)"
     )
 
-ALNUM, PRINTABLE, ASSIGNED = 1, 2, 4
+ALNUM, PRINTABLE, ASSIGNED, CASED, CASE_IGNORABLE = 1, 2, 4, 8, 16
 
 
 def flags(cp: int) -> int:
@@ -49,6 +58,12 @@ def flags(cp: int) -> int:
         f |= PRINTABLE
     if unicodedata.category(ch) != "Cn":
         f |= ASSIGNED
+    if 0xD800 <= cp <= 0xDFFF:
+        return f
+    if (ch + "\u03a3").lower()[-1] == "\u03c2":
+        f |= CASED
+    elif ("A" + ch + "\u03a3").lower()[-1] == "\u03c2":
+        f |= CASE_IGNORABLE
     return f
 
 
@@ -60,10 +75,12 @@ for cp in range(0x110000):
     if f != prev:
         runs.append((cp, f))
         prev = f
-    if f & ALNUM:
-        lo = ord(chr(cp).lower()[0])
-        if lo != cp:
-            lower.append((cp, lo))
+    if 0xD800 <= cp <= 0xDFFF:
+        continue
+    low = chr(cp).lower()
+    assert len(low) == 1 or cp == 0x130, (hex(cp), low)
+    if ord(low[0]) != cp:
+        lower.append((cp, ord(low[0])))
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "webshop",
                    "python_unicode_table.rs")
@@ -81,6 +98,10 @@ lines = [
     f"pub const PRINTABLE: u8 = {PRINTABLE};",
     "/// General category other than Cn.",
     f"pub const ASSIGNED: u8 = {ASSIGNED};",
+    "/// Cased (and not case-ignorable), for the final-sigma rule.",
+    f"pub const CASED: u8 = {CASED};",
+    "/// Case-ignorable, for the final-sigma rule.",
+    f"pub const CASE_IGNORABLE: u8 = {CASE_IGNORABLE};",
     "",
     "/// `(first code point, flags)`: the flags hold up to the next entry's first code point.",
     "#[rustfmt::skip]",
@@ -91,7 +112,7 @@ for i in range(0, len(runs), 6):
 lines += [
     "];",
     "",
-    "/// `(code point, first code point of its str.lower())` for alphanumerics that change.",
+    "/// `(code point, first code point of its str.lower())` for code points that change.",
     "#[rustfmt::skip]",
     f"pub static LOWER: [(u32, u32); {len(lower)}] = [",
 ]

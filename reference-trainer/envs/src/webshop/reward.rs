@@ -369,10 +369,11 @@ pub fn type_reward(p: &Purchased, g: &RewardGoal) -> (f64, bool, bool, f64) {
 
 /// `get_attribute_reward`'s match count.
 pub fn attribute_matches(p: &Purchased, g: &RewardGoal) -> usize {
+    // Python's str.lower(), not Rust's to_lowercase (Unicode 13.0 as Python 3.10).
     let (title, bullets, desc) = (
-        p.title.to_lowercase(),
-        p.bullets_joined.to_lowercase(),
-        p.description.to_lowercase(),
+        python_text::lower(p.title),
+        python_text::lower(p.bullets_joined),
+        python_text::lower(p.description),
     );
     g.attributes
         .iter()

@@ -5,7 +5,9 @@ string or a [name, value] pair (passed to thefuzz as a Python tuple, as WebShop'
 options are). Writes to OUT_DIR:
 
 * results.jsonl: per case {"ratio": thefuzz.fuzz.token_set_ratio(A, B), "raw": rapidfuzz's float
-  score on the processed strings, "str_a": str(A), "str_b": str(B)};
+  score on the processed strings, "str_a": str(A), "str_b": str(B), "lower_a": str(A).lower()};
+* lower.u32: for every code point, chr(c).lower() as two little-endian u32 (the second 0 when
+  it is one code point; surrogates: 0xFFFFFFFF twice);
 * process.u32: for every code point (surrogates: 0xFFFFFFFF), the code point rapidfuzz's
   default_process maps it to (little-endian u32);
 * printable.bits: str.isprintable() of every code point, one bit each (LSB first);
@@ -45,7 +47,13 @@ with open(cases_path, encoding="utf-8") as fh, open(
         )
         res.write(
             json.dumps(
-                {"ratio": fuzz.token_set_ratio(a, b), "raw": raw, "str_a": str(a), "str_b": str(b)}
+                {
+                    "ratio": fuzz.token_set_ratio(a, b),
+                    "raw": raw,
+                    "str_a": str(a),
+                    "str_b": str(b),
+                    "lower_a": str(a).lower(),
+                }
             )
             + "\n"
         )
@@ -78,12 +86,16 @@ if len(sys.argv) > 3:
             res.write(json.dumps({"matches": n}) + "\n")
 
 proc = bytearray()
+lower = bytearray()
 bits = bytearray((0x110000 + 7) // 8)
 for cp in range(0x110000):
     if 0xD800 <= cp <= 0xDFFF:
         proc += struct.pack("<I", 0xFFFFFFFF)
+        lower += struct.pack("<II", 0xFFFFFFFF, 0xFFFFFFFF)
         continue
     ch = chr(cp)
+    low = ch.lower()
+    lower += struct.pack("<II", ord(low[0]), ord(low[1]) if len(low) > 1 else 0)
     # Between two letters so the trim cannot remove a space.
     mapped = default_process("a" + ch + "a")[1:-1]
     assert len(mapped) == 1, (cp, mapped)
@@ -92,6 +104,8 @@ for cp in range(0x110000):
         bits[cp // 8] |= 1 << (cp % 8)
 with open(os.path.join(out, "process.u32"), "wb") as fh:
     fh.write(proc)
+with open(os.path.join(out, "lower.u32"), "wb") as fh:
+    fh.write(lower)
 with open(os.path.join(out, "printable.bits"), "wb") as fh:
     fh.write(bits)
 with open(os.path.join(out, "meta.json"), "w") as fh:
