@@ -25,9 +25,12 @@
 //! respond → project → step loop for experts, tests, benchmarks and simple evaluation.
 
 pub mod alfworld;
+pub mod error;
 pub mod rng;
 pub mod search_qa;
 pub mod webshop;
+
+pub use error::{EnvError, LoadError};
 
 /// What the environment shows after `reset` or a step.
 #[derive(Clone, Debug, PartialEq)]

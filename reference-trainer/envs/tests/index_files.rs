@@ -126,3 +126,76 @@ fn random_damage_to_segment_files_is_an_error_not_a_panic() {
     println!("60 damaged copies: {errors} refused, {valid} opened and answered as the original");
     assert!(errors > 0);
 }
+
+/// The cache helper: a missing, unfinished or damaged cached index is rebuilt (never read), and
+/// concurrent builders of one cache folder all end up with the same complete index.
+#[test]
+fn a_cached_index_is_rebuilt_when_broken_and_shared_by_concurrent_builders() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = World::generate(2, 200);
+    let folder = dir.path().join("cache").join("idx");
+    let builds = std::sync::atomic::AtomicUsize::new(0);
+    let open = || {
+        Bm25Index::open_or_build_cache(
+            &folder,
+            |b| {
+                builds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                for p in world.passages.iter().cloned() {
+                    b.add(p)?;
+                }
+                Ok::<(), RetrievalError>(())
+            },
+            1,
+            32,
+        )
+    };
+    assert_eq!(open().unwrap().len(), 200);
+    assert_eq!(builds.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Complete: opened, not rebuilt.
+    assert_eq!(open().unwrap().len(), 200);
+    assert_eq!(builds.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Unfinished (no marker): rebuilt.
+    std::fs::remove_file(folder.join(COMPLETE_MARKER)).unwrap();
+    assert_eq!(open().unwrap().len(), 200);
+    assert_eq!(builds.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // Damaged segment files: rebuilt, and the result searches.
+    for f in files(&folder) {
+        if f.extension().is_some_and(|e| e == "idx" || e == "term") {
+            let mut bytes = std::fs::read(&f).unwrap();
+            let mid = bytes.len() / 2;
+            bytes[mid] ^= 0x5a;
+            std::fs::write(&f, bytes).unwrap();
+        }
+    }
+    let idx = open().unwrap();
+    assert_eq!(builds.load(std::sync::atomic::Ordering::SeqCst), 3);
+    let q = world.passages[5].title().to_string();
+    assert!(!idx.search(&[q], 3).unwrap()[0].is_empty());
+    drop(idx);
+    // Four builders at once on a fresh folder.
+    std::fs::remove_dir_all(&folder).unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4).map(|_| s.spawn(open)).collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap().unwrap().len(), 200);
+        }
+    });
+    // A failing fill leaves no index behind.
+    std::fs::remove_dir_all(&folder).unwrap();
+    let err = Bm25Index::open_or_build_cache(
+        &folder,
+        |b| {
+            b.add(world.passages[0].clone())?;
+            Err(RetrievalError::NotEmpty {
+                path: "fill failed".into(),
+            })
+        },
+        1,
+        32,
+    );
+    assert!(err.is_err() && !folder.exists());
+    assert_eq!(open().unwrap().len(), 200);
+    // Nothing left beside the cache but the index itself.
+    let left: Vec<_> = files(folder.parent().unwrap());
+    assert_eq!(left, vec![folder.clone()], "{left:?}");
+}

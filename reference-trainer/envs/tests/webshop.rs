@@ -248,6 +248,35 @@ fn expert_wins(env: &mut WebshopEnv, limit: usize) -> (usize, usize) {
     (wins, total)
 }
 
+/// Goal weights as the original's `goal.py`: human goals 1; synthetic goals the mean over
+/// their attributes of 1/(how many goals carry the attribute).
+#[test]
+fn goal_weights_follow_the_original() {
+    let human = Shop::generated(3, 200, GoalMode::Human, 21);
+    assert!(!human.goals.is_empty());
+    assert!(human.goals.iter().all(|g| g.weight == 1.0));
+    let synthetic = Shop::generated(3, 200, GoalMode::Synthetic, 21);
+    let mut counts = std::collections::HashMap::new();
+    for g in &synthetic.goals {
+        for a in &g.reward.attributes {
+            *counts.entry(a.clone()).or_insert(0usize) += 1;
+        }
+    }
+    for g in &synthetic.goals {
+        let attrs = &g.reward.attributes;
+        if attrs.is_empty() {
+            continue;
+        }
+        let want = attrs.iter().map(|a| 1.0 / counts[a] as f64).sum::<f64>() / attrs.len() as f64;
+        assert!(
+            (g.weight - want).abs() <= 1e-15 * want,
+            "{} vs {want}",
+            g.weight
+        );
+        assert!(g.weight > 0.0 && g.weight <= 1.0);
+    }
+}
+
 #[test]
 fn expert_buys_the_goal_on_generated_goals() {
     let shop = Shop::generated(3, 1000, GoalMode::Synthetic, 21);

@@ -7,6 +7,7 @@ pub mod game;
 pub mod vocab;
 pub mod world;
 
+use crate::error::EnvError;
 use crate::{Env, HistoryEntry, Info, Observation, Projected, Splits, Transition, WithExpert};
 use expert::AlfworldExpert;
 use game::{generate_split, Game, Split};
@@ -107,9 +108,14 @@ pub struct AlfworldEnv {
 impl AlfworldEnv {
     /// An environment over `games` (non-empty; a `Vec<Game>` or an `Arc<[Game]>` shared with
     /// other environments).
-    pub fn new(games: impl Into<Arc<[Game]>>) -> anyhow::Result<Self> {
+    pub fn new(games: impl Into<Arc<[Game]>>) -> Result<Self, EnvError> {
         let games = games.into();
-        anyhow::ensure!(!games.is_empty(), "ALFWorld needs at least one game");
+        if games.is_empty() {
+            return Err(EnvError::NoTasks {
+                env: "ALFWorld",
+                what: "the game list".into(),
+            });
+        }
         let world = games[0].world.clone();
         Ok(Self {
             games,
@@ -132,11 +138,13 @@ impl AlfworldEnv {
         held_out: usize,
         held_out_split: Split,
         seed: u64,
-    ) -> anyhow::Result<Splits<Self>> {
-        anyhow::ensure!(
-            held_out_split != Split::Train,
-            "the held-out split must be valid_seen or valid_unseen"
-        );
+    ) -> Result<Splits<Self>, EnvError> {
+        if held_out_split == Split::Train {
+            return Err(EnvError::Invalid {
+                env: "ALFWorld",
+                reason: "the held-out split must be valid_seen or valid_unseen".into(),
+            });
+        }
         Ok(Splits {
             train: Self::new(generate_split(Split::Train, train, seed))?,
             held_out: Self::new(generate_split(held_out_split, held_out, !seed))?,

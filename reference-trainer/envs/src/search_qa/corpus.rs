@@ -8,8 +8,8 @@
 //! Everything is a pure function of the seed. The jsonl readers and writers use the real formats
 //! (`{"id","contents"}` passages; `{"id","question","golden_answers","data_source","metadata"}`).
 
+use crate::error::LoadError;
 use crate::rng::Rng;
-use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -486,33 +486,57 @@ impl World {
     }
 }
 
-/// Writes passages as `wiki-18.jsonl` (one `{"id","contents"}` object per line).
-pub fn write_corpus(path: &Path, passages: &[Passage]) -> Result<()> {
-    let file = std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
-    let mut w = BufWriter::new(file);
-    for p in passages {
-        serde_json::to_writer(&mut w, p)?;
-        w.write_all(b"\n")?;
-    }
-    w.flush()?;
-    Ok(())
+/// Writes JSON lines to `path` through a temp file renamed into place when complete.
+fn write_jsonl<T: Serialize>(path: &Path, items: &[T]) -> Result<(), LoadError> {
+    let tmp = temp_sibling(path);
+    let write = || -> Result<(), LoadError> {
+        let file = std::fs::File::create(&tmp).map_err(LoadError::io(&tmp, "create"))?;
+        let mut w = BufWriter::new(file);
+        for item in items {
+            serde_json::to_writer(&mut w, item)
+                .map_err(|e| LoadError::io(&tmp, "write")(e.into()))?;
+            w.write_all(b"\n").map_err(LoadError::io(&tmp, "write"))?;
+        }
+        w.flush().map_err(LoadError::io(&tmp, "write"))?;
+        std::fs::rename(&tmp, path).map_err(LoadError::io(path, "write"))
+    };
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
-/// Streams a `wiki-18.jsonl`-shaped corpus, calling `each` per passage (the real file has 21 M).
-pub fn read_corpus(path: &Path, mut each: impl FnMut(Passage) -> Result<()>) -> Result<usize> {
-    let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
+/// `dir/.name.tmp-<pid>-<n>`: a temp file next to `path` (so on the same file system), unique
+/// to this process and call.
+pub(crate) fn temp_sibling(path: &Path) -> std::path::PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path
+        .file_name()
+        .map_or_else(Default::default, |n| n.to_string_lossy());
+    path.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id()))
+}
+
+/// Writes passages as `wiki-18.jsonl` (one `{"id","contents"}` object per line).
+pub fn write_corpus(path: &Path, passages: &[Passage]) -> Result<(), LoadError> {
+    write_jsonl(path, passages)
+}
+
+/// Streams a `wiki-18.jsonl`-shaped corpus, calling `each` per passage (the real file has 21 M);
+/// the first error (the file's, or `each`'s) ends it. For gzip and a progress count, see
+/// [`super::corpus_file::CorpusFile`].
+pub fn read_corpus<E: From<LoadError>>(
+    path: &Path,
+    mut each: impl FnMut(Passage) -> Result<(), E>,
+) -> Result<usize, E> {
+    let file = std::fs::File::open(path).map_err(LoadError::io(path, "open"))?;
     let mut n = 0;
     for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.with_context(|| format!("{}: line {}", path.display(), i + 1))?;
+        let line = line.map_err(LoadError::io(path, "read"))?;
         if line.trim().is_empty() {
             continue;
         }
-        let p: Passage = serde_json::from_str(&line).with_context(|| {
-            format!(
-                "{}: line {}: expected {{\"id\", \"contents\"}}",
-                path.display(),
-                i + 1
-            )
+        let p: Passage = serde_json::from_str(&line).map_err(|e| {
+            LoadError::json(path, Some(i + 1), "{\"id\": str, \"contents\": str}", e)
         })?;
         each(p)?;
         n += 1;
@@ -521,39 +545,34 @@ pub fn read_corpus(path: &Path, mut each: impl FnMut(Passage) -> Result<()>) -> 
 }
 
 /// Writes questions as FlashRAG jsonl.
-pub fn write_questions(path: &Path, questions: &[Question]) -> Result<()> {
-    let file = std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
-    let mut w = BufWriter::new(file);
-    for q in questions {
-        serde_json::to_writer(&mut w, q)?;
-        w.write_all(b"\n")?;
-    }
-    w.flush()?;
-    Ok(())
+pub fn write_questions(path: &Path, questions: &[Question]) -> Result<(), LoadError> {
+    write_jsonl(path, questions)
 }
 
 /// Reads FlashRAG jsonl questions (`data_source` may be absent; pass it as `default_source`).
-pub fn read_questions(path: &Path, default_source: &str) -> Result<Vec<Question>> {
-    let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
+pub fn read_questions(path: &Path, default_source: &str) -> Result<Vec<Question>, LoadError> {
+    let file = std::fs::File::open(path).map_err(LoadError::io(path, "open"))?;
     let mut out = Vec::new();
     for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.with_context(|| format!("{}: line {}", path.display(), i + 1))?;
+        let line = line.map_err(LoadError::io(path, "read"))?;
         if line.trim().is_empty() {
             continue;
         }
-        let mut q: Question = serde_json::from_str(&line).with_context(|| {
-            format!(
-                "{}: line {}: expected {{\"id\", \"question\", \"golden_answers\"}}",
-                path.display(),
-                i + 1
+        let mut q: Question = serde_json::from_str(&line).map_err(|e| {
+            LoadError::json(
+                path,
+                Some(i + 1),
+                "{\"id\", \"question\", \"golden_answers\": [str, …]}",
+                e,
             )
         })?;
         if q.golden_answers.is_empty() {
-            bail!(
-                "{}: line {}: golden_answers is empty",
-                path.display(),
-                i + 1
-            );
+            return Err(LoadError::Field {
+                path: path.to_path_buf(),
+                line: i + 1,
+                field: "golden_answers",
+                reason: "empty (a question needs at least one answer)".into(),
+            });
         }
         if q.data_source.is_empty() {
             q.data_source = default_source.to_string();
@@ -595,7 +614,7 @@ mod tests {
         let mut back = Vec::new();
         read_corpus(&corpus, |p| {
             back.push(p);
-            Ok(())
+            Ok::<(), LoadError>(())
         })
         .unwrap();
         assert_eq!(back, w.passages);
@@ -612,7 +631,41 @@ mod tests {
         let q = read_questions(&qpath, "popqa").unwrap();
         assert_eq!(q[0].data_source, "popqa");
         std::fs::write(&qpath, "{\"id\":\"1\",\"question\":\"q?\"}\n").unwrap();
-        let err = format!("{:#}", read_questions(&qpath, "nq").unwrap_err());
-        assert!(err.contains("line 1"), "{err}");
+        let err = read_questions(&qpath, "nq").unwrap_err();
+        assert!(
+            matches!(&err, LoadError::Json { line: 1, path, .. } if *path == qpath),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("line 1"), "{err}");
+        std::fs::write(
+            &qpath,
+            "{\"id\":\"1\",\"question\":\"q?\",\"golden_answers\":[\"a\"]}\n\n{\"id\":\"2\",\"question\":\"q?\",\"golden_answers\":[]}\n",
+        )
+        .unwrap();
+        let err = read_questions(&qpath, "nq").unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                LoadError::Field {
+                    line: 3,
+                    field: "golden_answers",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let missing = dir.path().join("missing.jsonl");
+        let err = read_questions(&missing, "nq").unwrap_err();
+        assert!(
+            matches!(&err, LoadError::Io { action: "open", .. }),
+            "{err:?}"
+        );
+        assert_eq!(err.path(), missing);
+        // The writers leave no temp file behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(names.iter().all(|n| !n.contains(".tmp-")), "{names:?}");
     }
 }

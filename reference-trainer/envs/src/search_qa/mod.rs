@@ -12,6 +12,7 @@ pub mod expert;
 pub mod retriever;
 pub mod server;
 
+use crate::error::EnvError;
 use crate::{Env, HistoryEntry, Info, Observation, Projected, Splits, Transition, WithExpert};
 use corpus::{Question, World};
 use em::AnswerScope;
@@ -203,12 +204,14 @@ impl SearchQaEnv {
     pub fn new(
         questions: impl Into<Arc<[Question]>>,
         retriever: Arc<dyn Retriever>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, EnvError> {
         let questions = questions.into();
-        anyhow::ensure!(
-            !questions.is_empty(),
-            "Search QA needs at least one question"
-        );
+        if questions.is_empty() {
+            return Err(EnvError::NoTasks {
+                env: "Search QA",
+                what: "the question list".into(),
+            });
+        }
         Ok(Self {
             questions,
             retriever,
@@ -235,7 +238,7 @@ impl SearchQaEnv {
         train_per_source: usize,
         held_out_per_source: usize,
         seed: u64,
-    ) -> anyhow::Result<Splits<Self>> {
+    ) -> Result<Splits<Self>, EnvError> {
         let train: Vec<Question> = world
             .questions(seed, train_per_source)
             .into_iter()

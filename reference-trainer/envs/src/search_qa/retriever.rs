@@ -301,6 +301,58 @@ impl Bm25Index {
         builder.finish()
     }
 
+    /// Opens the index cached in `folder`, or builds it there (`fill` adds the passages to the
+    /// builder) when the folder is missing, incomplete (an interrupted build) or damaged
+    /// (checksums, passage count): `folder` is a cache this crate owns, so a broken index in it
+    /// is moved aside and removed, never read. Concurrent callers (two trainers, two `play`s) do
+    /// not collide: each builds into its own temporary folder, and one that finds the folder
+    /// completed by another opens that one. An error from `fill` ends the build, leaving no
+    /// index. Not for a user's index folder — use [`Bm25Index::open`], which only reports.
+    pub fn open_or_build_cache<E: From<RetrievalError>>(
+        folder: &Path,
+        fill: impl FnOnce(&mut IndexBuilder) -> Result<(), E>,
+        threads: usize,
+        memory_mb: usize,
+    ) -> Result<Self, E> {
+        match Self::open(folder) {
+            Ok(index) => return Ok(index),
+            Err(
+                RetrievalError::Incomplete { .. }
+                | RetrievalError::Corrupt { .. }
+                | RetrievalError::Open { .. },
+            ) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if folder.exists() {
+            let name = folder
+                .file_name()
+                .map_or_else(Default::default, |n| n.to_string_lossy());
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let aside =
+                folder.with_file_name(format!(".{name}.broken-{}-{nanos}", std::process::id()));
+            match std::fs::rename(folder, &aside) {
+                Ok(()) => {
+                    let _ = std::fs::remove_dir_all(&aside);
+                }
+                // Another caller moved it first.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(folder_error(folder)(e).into()),
+            }
+        }
+        let mut builder = match IndexBuilder::new(folder, threads, memory_mb) {
+            Ok(b) => b,
+            // Another caller finished first: its complete index is the one to use.
+            Err(e) => return Self::open(folder).map_err(|_| e.into()),
+        };
+        fill(&mut builder)?;
+        match builder.finish() {
+            Ok(index) => Ok(index),
+            Err(e) => Self::open(folder).map_err(|_| e.into()),
+        }
+    }
+
     /// Opens an index built by [`Bm25Index::build`] or [`IndexBuilder`], after checking that it
     /// is complete, holds the passages its marker counts, and that every segment file's checksum
     /// matches (this reads the whole index once).

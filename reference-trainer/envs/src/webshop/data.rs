@@ -3,8 +3,8 @@
 //! streaming readers for the real files (the full product file is 5 GB: products are visited one
 //! at a time, never held as JSON), the optional title-noun sidecar, and writers of the same formats.
 
+use crate::error::LoadError;
 use crate::rng::Rng;
-use anyhow::{Context, Result};
 use serde::de::{DeserializeSeed, Error as _, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -256,26 +256,55 @@ pub fn reward_price(p: &Product, rng: &mut Rng) -> f64 {
 /// A streaming JSON deserializer over a file (1 MiB buffer).
 fn json_file(
     path: &Path,
-) -> Result<serde_json::Deserializer<serde_json::de::IoRead<BufReader<std::fs::File>>>> {
-    let file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
+) -> Result<serde_json::Deserializer<serde_json::de::IoRead<BufReader<std::fs::File>>>, LoadError> {
+    let file = std::fs::File::open(path).map_err(LoadError::io(path, "open"))?;
     Ok(serde_json::Deserializer::from_reader(
         BufReader::with_capacity(1 << 20, file),
     ))
 }
 
-/// Applies `each` to every element of a top-level JSON list, streaming.
-pub fn stream_list<T: for<'de> Deserialize<'de>>(
+/// Runs a streaming visit over `path`: `visit` hands every element to the caller's callback,
+/// which may stop it with its own error (kept in `stopped` and returned as is, typed); a JSON
+/// error becomes [`LoadError::Json`] with the parser's line and column.
+fn stream<E: From<LoadError>>(
     path: &Path,
-    mut each: impl FnMut(T) -> Result<()>,
-) -> Result<usize> {
-    struct Seed<'a, T, F>(&'a mut F, std::marker::PhantomData<T>);
-    impl<'de, T: Deserialize<'de>, F: FnMut(T) -> Result<()>> DeserializeSeed<'de> for Seed<'_, T, F> {
+    expected: &'static str,
+    stopped: &mut Option<E>,
+    visit: impl FnOnce(
+        &mut serde_json::Deserializer<serde_json::de::IoRead<BufReader<std::fs::File>>>,
+        &mut Option<E>,
+    ) -> Result<usize, serde_json::Error>,
+) -> Result<usize, E> {
+    let mut de = json_file(path)?;
+    match visit(&mut de, stopped) {
+        Ok(n) => {
+            de.end()
+                .map_err(|e| LoadError::json(path, None, expected, e))?;
+            Ok(n)
+        }
+        Err(e) => match stopped.take() {
+            Some(theirs) => Err(theirs),
+            None => Err(LoadError::json(path, None, expected, e).into()),
+        },
+    }
+}
+
+/// Applies `each` to every element of a top-level JSON list, streaming; the first error (the
+/// file's, or `each`'s, returned as is) ends it.
+pub fn stream_list<T: for<'de> Deserialize<'de>, E: From<LoadError>>(
+    path: &Path,
+    mut each: impl FnMut(T) -> Result<(), E>,
+) -> Result<usize, E> {
+    struct Seed<'a, T, F, E>(&'a mut F, &'a mut Option<E>, std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>, F: FnMut(T) -> Result<(), E>, E> DeserializeSeed<'de>
+        for Seed<'_, T, F, E>
+    {
         type Value = usize;
         fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
             d.deserialize_seq(self)
         }
     }
-    impl<'de, T: Deserialize<'de>, F: FnMut(T) -> Result<()>> Visitor<'de> for Seed<'_, T, F> {
+    impl<'de, T: Deserialize<'de>, F: FnMut(T) -> Result<(), E>, E> Visitor<'de> for Seed<'_, T, F, E> {
         type Value = usize;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a JSON list")
@@ -283,34 +312,42 @@ pub fn stream_list<T: for<'de> Deserialize<'de>>(
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
             let mut n = 0;
             while let Some(x) = seq.next_element::<T>()? {
-                (self.0)(x).map_err(|e| A::Error::custom(format!("element {n}: {e:#}")))?;
+                if let Err(e) = (self.0)(x) {
+                    *self.1 = Some(e);
+                    return Err(A::Error::custom(format!("stopped at element {n}")));
+                }
                 n += 1;
             }
             Ok(n)
         }
     }
-    let mut de = json_file(path)?;
-    let n = Seed(&mut each, std::marker::PhantomData)
-        .deserialize(&mut de)
-        .with_context(|| format!("{}: expected a JSON list of records", path.display()))?;
-    Ok(n)
+    let mut stopped = None;
+    stream(
+        path,
+        "a JSON list of records",
+        &mut stopped,
+        |de, stopped| Seed(&mut each, stopped, std::marker::PhantomData).deserialize(de),
+    )
 }
 
-/// Applies `each` to every `key: value` of a top-level JSON object, streaming.
-pub fn stream_map<T: for<'de> Deserialize<'de>>(
+/// Applies `each` to every `key: value` of a top-level JSON object, streaming; the first error
+/// (the file's, or `each`'s, returned as is) ends it.
+pub fn stream_map<T: for<'de> Deserialize<'de>, E: From<LoadError>>(
     path: &Path,
-    mut each: impl FnMut(String, T) -> Result<()>,
-) -> Result<usize> {
-    struct Seed<'a, T, F>(&'a mut F, std::marker::PhantomData<T>);
-    impl<'de, T: Deserialize<'de>, F: FnMut(String, T) -> Result<()>> DeserializeSeed<'de>
-        for Seed<'_, T, F>
+    mut each: impl FnMut(String, T) -> Result<(), E>,
+) -> Result<usize, E> {
+    struct Seed<'a, T, F, E>(&'a mut F, &'a mut Option<E>, std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>, F: FnMut(String, T) -> Result<(), E>, E> DeserializeSeed<'de>
+        for Seed<'_, T, F, E>
     {
         type Value = usize;
         fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
             d.deserialize_map(self)
         }
     }
-    impl<'de, T: Deserialize<'de>, F: FnMut(String, T) -> Result<()>> Visitor<'de> for Seed<'_, T, F> {
+    impl<'de, T: Deserialize<'de>, F: FnMut(String, T) -> Result<(), E>, E> Visitor<'de>
+        for Seed<'_, T, F, E>
+    {
         type Value = usize;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a JSON object")
@@ -318,17 +355,22 @@ pub fn stream_map<T: for<'de> Deserialize<'de>>(
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
             let mut n = 0;
             while let Some((k, v)) = map.next_entry::<String, T>()? {
-                (self.0)(k.clone(), v).map_err(|e| A::Error::custom(format!("key {k}: {e:#}")))?;
+                if let Err(e) = (self.0)(k.clone(), v) {
+                    *self.1 = Some(e);
+                    return Err(A::Error::custom(format!("stopped at key {k}")));
+                }
                 n += 1;
             }
             Ok(n)
         }
     }
-    let mut de = json_file(path)?;
-    let n = Seed(&mut each, std::marker::PhantomData)
-        .deserialize(&mut de)
-        .with_context(|| format!("{}: expected a JSON object keyed by asin", path.display()))?;
-    Ok(n)
+    let mut stopped = None;
+    stream(
+        path,
+        "a JSON object keyed by asin",
+        &mut stopped,
+        |de, stopped| Seed(&mut each, stopped, std::marker::PhantomData).deserialize(de),
+    )
 }
 
 /// The files of a WebShop dataset.
@@ -345,24 +387,24 @@ pub struct DataFiles<'a> {
 }
 
 /// Loads a catalog with the original's transforms: skips bad and duplicate asins (first wins).
-pub fn load_products(files: &DataFiles) -> Result<Vec<Product>> {
+pub fn load_products(files: &DataFiles) -> Result<Vec<Product>, LoadError> {
     let mut ins: HashMap<String, InsRecord> = HashMap::new();
     stream_map(files.ins, |k, v: InsRecord| {
         ins.insert(k, v);
-        Ok(())
+        Ok::<(), LoadError>(())
     })?;
     let mut human: HashMap<String, Vec<HumanRecord>> = HashMap::new();
     if let Some(h) = files.human {
         stream_map(h, |k, v: Vec<HumanRecord>| {
             human.insert(k, v);
-            Ok(())
+            Ok::<(), LoadError>(())
         })?;
     }
     let mut nouns: HashMap<String, Vec<String>> = HashMap::new();
     if let Some(n) = files.nouns {
         stream_map(n, |k, v: Vec<String>| {
             nouns.insert(k, v);
-            Ok(())
+            Ok::<(), LoadError>(())
         })?;
     }
     let mut seen = HashSet::new();
@@ -379,27 +421,39 @@ pub fn load_products(files: &DataFiles) -> Result<Vec<Product>> {
                 out.extend(p);
             }
         }
-        Ok(())
+        Ok::<(), LoadError>(())
     })?;
     Ok(out)
 }
 
+/// Writes `value` as JSON to `path` through a temp file renamed into place when complete.
+fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), LoadError> {
+    let tmp = crate::search_qa::corpus::temp_sibling(path);
+    let write = || -> Result<(), LoadError> {
+        let f = std::fs::File::create(&tmp).map_err(LoadError::io(&tmp, "create"))?;
+        let mut w = std::io::BufWriter::new(f);
+        serde_json::to_writer(&mut w, value).map_err(|e| LoadError::io(&tmp, "write")(e.into()))?;
+        std::io::Write::flush(&mut w).map_err(LoadError::io(&tmp, "write"))?;
+        std::fs::rename(&tmp, path).map_err(LoadError::io(path, "write"))
+    };
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
 /// Writes records as one JSON list (the `items_shuffle` format).
-pub fn write_list<T: Serialize>(path: &Path, items: &[T]) -> Result<()> {
-    let f = std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
-    serde_json::to_writer(std::io::BufWriter::new(f), items)?;
-    Ok(())
+pub fn write_list<T: Serialize>(path: &Path, items: &[T]) -> Result<(), LoadError> {
+    write_json(path, items)
 }
 
 /// Writes `asin → record` as one JSON object, in the given order.
-pub fn write_map<T: Serialize>(path: &Path, items: &[(String, T)]) -> Result<()> {
+pub fn write_map<T: Serialize>(path: &Path, items: &[(String, T)]) -> Result<(), LoadError> {
     let mut map = serde_json::Map::new();
     for (k, v) in items {
-        map.insert(k.clone(), serde_json::to_value(v)?);
+        let v = serde_json::to_value(v).map_err(|e| LoadError::io(path, "write")(e.into()))?;
+        map.insert(k.clone(), v);
     }
-    let f = std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
-    serde_json::to_writer(std::io::BufWriter::new(f), &Value::Object(map))?;
-    Ok(())
+    write_json(path, &Value::Object(map))
 }
 
 #[cfg(test)]
@@ -430,6 +484,68 @@ mod tests {
             (vec![100.0], "$100.0".to_string())
         );
         assert_eq!(parse_pricing(&json!("$1 - $2 - $3")).0, vec![1.0, 2.0]);
+    }
+
+    /// Errors name the file and the place, and a callback's own error comes back as it is.
+    #[test]
+    fn streaming_errors_are_typed() {
+        #[derive(Debug, thiserror::Error)]
+        enum Mine {
+            #[error("mine")]
+            Mine,
+            #[error(transparent)]
+            Load(#[from] LoadError),
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("items.json");
+        std::fs::write(&path, "[1, 2,\n 3, \"x\"]").unwrap();
+        let err = stream_list(&path, |_: u32| Ok::<(), LoadError>(())).unwrap_err();
+        match &err {
+            LoadError::Json {
+                path: p,
+                line: 2,
+                expected,
+                ..
+            } => {
+                assert_eq!(p, &path);
+                assert_eq!(*expected, "a JSON list of records");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut seen = 0;
+        let err = stream_list(&path, |x: Value| {
+            seen += 1;
+            if x == json!(2) {
+                Err(Mine::Mine)
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap_err();
+        assert!(matches!(err, Mine::Mine) && seen == 2, "{err:?}");
+        std::fs::write(&path, "{\"a\": 1} trailing").unwrap();
+        let err = stream_map(&path, |_, _: u32| Ok::<(), LoadError>(())).unwrap_err();
+        assert!(matches!(err, LoadError::Json { line: 1, .. }), "{err:?}");
+        let missing = dir.path().join("none.json");
+        let err = stream_map(&missing, |_, _: u32| Ok::<(), LoadError>(())).unwrap_err();
+        assert!(matches!(&err, LoadError::Io { action: "open", path, .. } if *path == missing));
+        assert!(
+            err.to_string().starts_with(&missing.display().to_string()),
+            "{err}"
+        );
+        // Writers go through a temp file: a folder in the way is an error naming the file,
+        // and nothing is left behind.
+        let blocked = dir.path().join("blocked");
+        std::fs::create_dir(&blocked).unwrap();
+        let err = write_list(&blocked, &[1, 2]).unwrap_err();
+        assert!(matches!(&err, LoadError::Io { .. }), "{err:?}");
+        write_list(&path, &[1, 2]).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[1,2]");
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "{left:?}");
     }
 
     #[test]

@@ -21,7 +21,8 @@ pub struct Goal {
     pub instruction_text: String,
     /// What the reward compares against.
     pub reward: RewardGoal,
-    /// Sampling weight (mean of 1/count over the goal's attributes).
+    /// Sampling weight: synthetic goals, the mean of 1/count over the goal's attributes (count =
+    /// how many goals share the attribute); human goals, 1 (as the original).
     pub weight: f64,
 }
 
@@ -136,7 +137,7 @@ pub fn synthetic_goals(products: &[Product], prices: &[f64], rng: &mut Rng) -> V
     goals
 }
 
-/// Human goals: one per human record with non-empty attributes.
+/// Human goals: one per human record with non-empty attributes, each with weight 1.
 pub fn human_goals(products: &[Product], prices: &[f64], rng: &mut Rng) -> Vec<Goal> {
     let mut goals = Vec::new();
     for (i, p) in products.iter().enumerate() {
@@ -155,11 +156,11 @@ pub fn human_goals(products: &[Product], prices: &[f64], rng: &mut Rng) -> Vec<G
                     GoalOptions::List(h.instruction_options.clone()),
                     price_upper,
                 ),
-                weight: 0.0,
+                // The original's `get_human_goals` gives every human goal weight 1.
+                weight: 1.0,
             });
         }
     }
-    set_weights(&mut goals);
     goals
 }
 

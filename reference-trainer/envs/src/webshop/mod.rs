@@ -7,13 +7,15 @@ pub mod data;
 pub mod expert;
 pub mod generate;
 pub mod goal;
+pub mod python_text;
+mod python_unicode_table;
 pub mod reward;
 pub mod search;
 pub mod site;
 
+use crate::error::{EnvError, LoadError};
 use crate::rng::Rng;
 use crate::{Env, HistoryEntry, Info, Observation, Projected, Splits, Transition, WithExpert};
-use anyhow::Result;
 use data::{reward_price, transform, DataFiles, Product};
 use expert::WebshopExpert;
 use goal::Goal;
@@ -80,7 +82,7 @@ impl Shop {
     }
 
     /// A shop from the real files.
-    pub fn load(files: &DataFiles, mode: GoalMode, seed: u64) -> Result<Self> {
+    pub fn load(files: &DataFiles, mode: GoalMode, seed: u64) -> Result<Self, LoadError> {
         Ok(Self::from_products(data::load_products(files)?, mode, seed))
     }
 
@@ -217,10 +219,22 @@ pub struct WebshopEnv {
 impl WebshopEnv {
     /// An environment over the goals of `split` (non-empty) of a shared shop (`Shop` or
     /// `Arc<Shop>`; many environments can share one).
-    pub fn new(shop: impl Into<Arc<Shop>>, split: WebshopSplit, seed: u64) -> Result<Self> {
+    pub fn new(
+        shop: impl Into<Arc<Shop>>,
+        split: WebshopSplit,
+        seed: u64,
+    ) -> Result<Self, EnvError> {
         let shop = shop.into();
         let tasks: Arc<[usize]> = shop.split(split).into();
-        anyhow::ensure!(!tasks.is_empty(), "the {split:?} split has no goal");
+        if tasks.is_empty() {
+            return Err(EnvError::NoTasks {
+                env: "WebShop",
+                what: format!(
+                    "the {split:?} split ({} goals in the shop)",
+                    shop.goals.len()
+                ),
+            });
+        }
         Ok(Self {
             shop,
             tasks,
@@ -238,7 +252,7 @@ impl WebshopEnv {
     /// (synthetic goals, verl-agent's default; catalog, prices and goal order from `seed`).
     /// Held out is verl-agent's test split, goals 0..500 of the shuffled list; train is the
     /// rest, so the shop needs more than 500 goals (about 100 products give that).
-    pub fn generated_splits(products: usize, seed: u64) -> Result<Splits<Self>> {
+    pub fn generated_splits(products: usize, seed: u64) -> Result<Splits<Self>, EnvError> {
         let shop = Arc::new(Shop::generated(seed, products, GoalMode::Synthetic, seed));
         Ok(Splits {
             train: Self::new(shop.clone(), WebshopSplit::Train, seed)?,

@@ -153,10 +153,18 @@ pub fn indexed_text(p: &Product) -> String {
     .to_lowercase()
 }
 
+/// Java's `Math.round(score * 1e4f)` (the float product, then `floor(x + 0.5)`): the key
+/// Anserini's tie adjuster rounds scores to.
+fn anserini_rounded(score: f32) -> i64 {
+    (f64::from(score * 1e4f32) + 0.5).floor() as i64
+}
+
 /// An in-memory BM25 index over products (doc id = product index).
 pub struct Bm25 {
     postings: HashMap<String, Vec<(u32, u32)>>,
     norms: Vec<u8>,
+    /// Each document's ASIN (the index's docid), for Anserini's tie order.
+    asins: Vec<String>,
     /// `1 / (k1·((1 − b) + b·len/avgdl))` per SmallFloat length byte, computed once at build.
     norm_inverse: [f32; 256],
 }
@@ -193,6 +201,7 @@ impl Bm25 {
         Self {
             postings,
             norms,
+            asins: products.iter().map(|p| p.asin.clone()).collect(),
             norm_inverse,
         }
     }
@@ -207,8 +216,13 @@ impl Bm25 {
         self.norms.is_empty()
     }
 
-    /// Top `n` (doc, score), best first, ties by index order. Every query token is a SHOULD
-    /// clause of its own (repeated words count again, as in Lucene's BooleanQuery).
+    /// Top `n` (doc, score), best first, in Anserini's order: pyserini's `LuceneSearcher`
+    /// sorts by score and then by the docid string (`BREAK_SCORE_TIES_BY_DOCID`), and its
+    /// `ScoreTiesAdjusterReranker` rounds scores to 4 decimals (`Math.round(s·1e4f)/1e4f`) and
+    /// keeps that order; here scores are rounded first and ties go by ASIN ascending, so scores
+    /// that differ from Lucene's only in the last float bits still order as Anserini's (the
+    /// returned score is the unrounded one). Every query token is a SHOULD clause of its own
+    /// (repeated words count again, as in Lucene's BooleanQuery).
     pub fn search(&self, query: &str, n: usize) -> Vec<(usize, f32)> {
         let terms = analyze(&query.to_lowercase());
         let docs = self.norms.len() as f64;
@@ -225,11 +239,17 @@ impl Bm25 {
                 *scores.entry(d).or_insert(0.0) += s;
             }
         }
-        let mut ranked: Vec<(usize, f32)> =
-            scores.into_iter().map(|(d, s)| (d as usize, s)).collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut ranked: Vec<(i64, usize, f32)> = scores
+            .into_iter()
+            .map(|(d, s)| (anserini_rounded(s), d as usize, s))
+            .collect();
+        ranked.sort_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then_with(|| self.asins[a.1].cmp(&self.asins[b.1]))
+                .then(a.1.cmp(&b.1))
+        });
         ranked.truncate(n);
-        ranked
+        ranked.into_iter().map(|(_, d, s)| (d, s)).collect()
     }
 }
 
@@ -258,6 +278,59 @@ mod tests {
         assert_eq!(a.analyze(text), analyze(text));
         // Second pass through the warm cache.
         assert_eq!(a.analyze(text), analyze(text));
+    }
+
+    fn product(asin: &str, title: &str) -> Product {
+        Product {
+            asin: asin.into(),
+            title: title.into(),
+            category: String::new(),
+            query: String::new(),
+            product_category: String::new(),
+            description: String::new(),
+            bullet_points: vec![],
+            pricing: vec![10.0],
+            price_tag: "$10.0".into(),
+            options: vec![],
+            main_image: None,
+            attributes: vec![],
+            instruction: None,
+            instruction_attributes: vec![],
+            human: vec![],
+            nouns: vec![],
+            nouns_exact: false,
+        }
+    }
+
+    /// Equal scores go by ASIN ascending (not index order), also across the cut-off; scores
+    /// equal after rounding to 4 decimals are ties too.
+    #[test]
+    fn ties_in_anserini_order() {
+        let products = [
+            product("B0C", "red shoe"),
+            product("B0A", "red shoe"),
+            product("B0D", "red shoe box"),
+            product("B0B", "red shoe"),
+            product("A99", "blue shoe"),
+        ];
+        let index = Bm25::build(&products);
+        let ranked = index.search("red shoe", 3);
+        let asins: Vec<&str> = ranked
+            .iter()
+            .map(|&(d, _)| products[d].asin.as_str())
+            .collect();
+        assert_eq!(asins, ["B0A", "B0B", "B0C"]);
+        let all: Vec<&str> = index
+            .search("red shoe", 10)
+            .iter()
+            .map(|&(d, _)| products[d].asin.as_str())
+            .collect();
+        assert_eq!(all, ["B0A", "B0B", "B0C", "B0D", "A99"]);
+        // Scores within the same 1e-4 step share a key; an exact half rounds up, as Java's.
+        assert_eq!(anserini_rounded(2.5), 25_000);
+        assert_eq!(anserini_rounded(0.5 / 1024.0), 5); // 4.8828125
+        assert_eq!(anserini_rounded(1.000_01), anserini_rounded(1.000_04));
+        assert_ne!(anserini_rounded(1.000_01), anserini_rounded(1.000_2));
     }
 
     #[test]

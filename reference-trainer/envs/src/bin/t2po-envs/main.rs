@@ -1,4 +1,4 @@
-//! `t2po-envs`: the Search QA retrieval commands a user runs on their own data.
+//! `t2po-envs`: the commands a user runs on their own data (`--help` on each).
 //!
 //! - `t2po-envs index --corpus wiki-18.jsonl[.gz] --out FOLDER`: builds the on-disk BM25 index,
 //!   with a progress bar, in a temporary folder renamed into place when complete.
@@ -6,6 +6,11 @@
 //!   verl-agent retrieval API over it, every client resource bounded, until Ctrl-C or SIGTERM.
 //! - `t2po-envs search --index FOLDER QUERY…`: the top hits per query as JSON lines (queries from
 //!   standard input, one a line, when none is given).
+//! - `t2po-envs play webshop|alfworld|search [data paths…] [--task I] [--expert] [--prompt]`:
+//!   one episode in the terminal, on generated data or the user's files (WebShop items files,
+//!   ALFWorld game folders, Search QA questions with an index or a corpus).
+
+mod play;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -24,7 +29,8 @@ use t2po_envs::search_qa::server::{self, ServerLimits, ServerStats};
 #[command(
     name = "t2po-envs",
     version,
-    about = "Search QA retrieval on your own wiki-18 corpus"
+    about = "The T²PO environments on your own data: Search QA retrieval (index, serve, search) \
+             and playing WebShop, ALFWorld or Search QA episodes"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -40,6 +46,11 @@ enum Command {
     Serve(ServeArgs),
     /// Print the top hits of each query as JSON lines.
     Search(SearchArgs),
+    /// Play one episode of an environment in the terminal (typed by hand, or --expert).
+    Play {
+        #[command(subcommand)]
+        env: play::PlayCommand,
+    },
 }
 
 #[derive(Args)]
@@ -172,6 +183,7 @@ fn main() -> ExitCode {
         Command::Index(a) => index(a),
         Command::Serve(a) => serve(a),
         Command::Search(a) => search(a),
+        Command::Play { env } => play::play(env),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
