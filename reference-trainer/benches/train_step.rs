@@ -31,6 +31,12 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|a| a == "--json");
     let quick = args.iter().any(|a| a == "--quick");
+    // `--fused-only`: skip the composed arm (for profiling the fused path alone).
+    let arms_on: &[bool] = if args.iter().any(|a| a == "--fused-only") {
+        &[true]
+    } else {
+        &[false, true]
+    };
     let reps = if quick { 2 } else { 5 };
     let shapes = [
         ("1M", 128usize, 2usize, 512usize, 16usize, 256usize),
@@ -49,7 +55,7 @@ fn main() {
             .collect();
         // Both paths from the same weights, timed alternately (best of `reps` each).
         let mut arms = Vec::new();
-        for fused in [false, true] {
+        for &fused in arms_on {
             let mut model = Qwen3::random(cfg.clone(), 1, DType::F32, &Device::Cpu).unwrap();
             model.set_fused(fused).unwrap();
             let mut opt = AdamW::new(AdamWConfig::default()).unwrap();
@@ -64,8 +70,10 @@ fn main() {
             }
         }
         let tok = (b * l) as f64;
-        rows.push((format!("train {name} {b}x{l} composed"), tok / arms[0].2));
-        rows.push((format!("train {name} {b}x{l} fused"), tok / arms[1].2));
+        for (model, _, best) in &arms {
+            let what = if model.fused() { "fused" } else { "composed" };
+            rows.push((format!("train {name} {b}x{l} {what}"), tok / best));
+        }
     }
     if json {
         let obj: serde_json::Map<String, serde_json::Value> = rows

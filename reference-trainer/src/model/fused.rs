@@ -10,6 +10,7 @@
 //! | [`masked_softmax`] | `softmax(scale·s)` over the keys a query sees (causal + left padding) | `scale·p·(g − Σ p·g)` |
 //! | [`swiglu`] | `silu(g) · u` | `dg = grad·u·silu′(g)`, `du = grad·silu(g)` |
 //! | [`log_prob_entropy`] | `log p(target)`, entropy `H`, `lse` of `logits / T` per row | `(1/T)·(g_lp·(δ − p) − g_H·p·(log p + H))` |
+//! | [`lm_head_log_prob_entropy`] | the same from `h·Wᵀ`, in row chunks (no `[N, V]` tensor) | recomputes each chunk's logits: `dh = dz·W`, `dW = Σ dzᵀ·h` |
 //!
 //! The kernels take f32 contiguous CPU tensors (the model falls back to the composed ops for
 //! other dtypes and devices) and split rows over rayon's pool in fixed-size chunks, so results do
@@ -806,6 +807,193 @@ pub fn log_prob_entropy(
     ))
 }
 
+// ---------------------------------------------------------------------------------------------
+// LM head + log-probability of the target + entropy, in row chunks
+
+/// Rows per LM-head chunk: a `[rows, V]` logits block of about 2 MB, reused in cache rather
+/// than a `[N, V]` tensor (64 MB at N = V = 4096) allocated, faulted in and freed per step.
+fn head_rows(vocab: usize) -> usize {
+    ((1 << 19) / vocab.max(1)).clamp(1, 256)
+}
+
+/// `logits = h·Wᵀ` of one chunk, as host data (candle's gemm does the product).
+fn chunk_logits(h: &[f32], rows: usize, d: usize, w_t: &Tensor) -> Result<Tensor> {
+    Tensor::from_slice(h, (rows, d), &candle_core::Device::Cpu)?.matmul(w_t)
+}
+
+/// The f32 data of a contiguous CPU tensor.
+fn host_f32(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<()>) -> Result<()> {
+    let (st, l) = t.storage_and_layout();
+    match &*st {
+        candle_core::Storage::Cpu(cpu) => f(f32s(cpu, l, "t2po-lm-head", "logits")?),
+        _ => bail!("t2po-lm-head: logits must be on the CPU"),
+    }
+}
+
+struct LmHeadLogProb {
+    inv_t: f32,
+}
+
+impl CustomOp3 for LmHeadLogProb {
+    fn name(&self) -> &'static str {
+        "t2po-lm-head"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let h = f32s(s1, l1, self.name(), "hidden")?;
+        let w = f32s(s2, l2, self.name(), "weight")?;
+        let t = u32s(s3, l3, self.name(), "targets")?;
+        let (n, d) = l1.shape().dims2()?;
+        let (v, dw) = l2.shape().dims2()?;
+        if d != dw || t.len() != n {
+            bail!(
+                "{}: hidden {:?}, weight {:?}, {} targets",
+                self.name(),
+                l1.dims(),
+                l2.dims(),
+                t.len()
+            );
+        }
+        if let Some(&bad) = t.iter().find(|&&x| x as usize >= v) {
+            bail!("{}: target {bad} outside a vocabulary of {v}", self.name());
+        }
+        let w_t = Tensor::from_slice(w, (v, d), &candle_core::Device::Cpu)?.t()?;
+        let mut out = vec![0f32; 3 * n];
+        let rows = head_rows(v);
+        for (c, oc) in out.chunks_mut(3 * rows).enumerate() {
+            let r = oc.len() / 3;
+            let z = chunk_logits(&h[c * rows * d..(c * rows + r) * d], r, d, &w_t)?;
+            host_f32(&z, |z| {
+                oc.par_chunks_mut(3)
+                    .zip(z.par_chunks(v))
+                    .zip(t[c * rows..c * rows + r].par_iter())
+                    .for_each(|((o, zr), &ti)| {
+                        o.copy_from_slice(&lpe_row(zr, ti as usize, self.inv_t))
+                    });
+                Ok(())
+            })?;
+        }
+        Ok((CpuStorage::F32(out), Shape::from((n, 3))))
+    }
+
+    fn bwd(
+        &self,
+        h: &Tensor,
+        w: &Tensor,
+        targets: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        // [lse, H, g_lp, g_H, target] per row (targets < 2^24 are exact in f32).
+        let aux = Tensor::cat(
+            &[
+                res.narrow(1, 2, 1)?,
+                res.narrow(1, 1, 1)?,
+                grad.narrow(1, 0, 1)?,
+                grad.narrow(1, 1, 1)?,
+                targets.to_dtype(candle_core::DType::F32)?.unsqueeze(1)?,
+            ],
+            1,
+        )?;
+        let packed = h.apply_op3_no_bwd(w, &aux, &LmHeadLogProbBwd { inv_t: self.inv_t })?;
+        let (nh, nw) = (h.elem_count(), w.elem_count());
+        let dh = packed.narrow(0, 0, nh)?.reshape(h.shape())?;
+        let dw = packed.narrow(0, nh, nw)?.reshape(w.shape())?;
+        Ok((Some(dh), Some(dw), None))
+    }
+}
+
+struct LmHeadLogProbBwd {
+    inv_t: f32,
+}
+
+impl CustomOp3 for LmHeadLogProbBwd {
+    fn name(&self) -> &'static str {
+        "t2po-lm-head-bwd"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let h = f32s(s1, l1, self.name(), "hidden")?;
+        let w = f32s(s2, l2, self.name(), "weight")?;
+        let aux = f32s(s3, l3, self.name(), "aux")?;
+        let (n, d) = l1.shape().dims2()?;
+        let (v, _) = l2.shape().dims2()?;
+        let cpu = candle_core::Device::Cpu;
+        let w_mat = Tensor::from_slice(w, (v, d), &cpu)?;
+        let w_t = w_mat.t()?;
+        let mut out = vec![0f32; n * d + v * d];
+        let (dh, dw) = out.split_at_mut(n * d);
+        let rows = head_rows(v);
+        let mut dz = Vec::new();
+        for (c, dhc) in dh.chunks_mut(rows * d).enumerate() {
+            let r = dhc.len() / d;
+            let hc = &h[c * rows * d..(c * rows + r) * d];
+            let z = chunk_logits(hc, r, d, &w_t)?;
+            dz.resize(r * v, 0f32);
+            host_f32(&z, |z| {
+                dz.par_chunks_mut(v)
+                    .zip(z.par_chunks(v))
+                    .zip(aux[c * rows * 5..(c * rows + r) * 5].par_chunks(5))
+                    .for_each(|((dr, zr), a)| {
+                        lpe_bwd_row(zr, a[4] as usize, &a[..4], self.inv_t, dr)
+                    });
+                Ok(())
+            })?;
+            let dzt = Tensor::from_slice(&dz, (r, v), &cpu)?;
+            // dh = dz·W, dW += dzᵀ·h (chunks summed in order: deterministic).
+            host_f32(&dzt.matmul(&w_mat)?, |x| {
+                dhc.copy_from_slice(x);
+                Ok(())
+            })?;
+            let hct = Tensor::from_slice(hc, (r, d), &cpu)?;
+            host_f32(&dzt.t()?.matmul(&hct)?, |x| {
+                for (o, &a) in dw.iter_mut().zip(x) {
+                    *o += a;
+                }
+                Ok(())
+            })?;
+        }
+        Ok((CpuStorage::F32(out), Shape::from(n * d + v * d)))
+    }
+}
+
+/// `log p(target)` and the entropy of `softmax(h·Wᵀ / temperature)` per row, without the
+/// `[N, V]` logits: `hidden: [N, d]`, `weight: [V, d]` (the LM head), `targets: [N]` u32 →
+/// (`[N]`, `[N]`), differentiable in `hidden` and `weight`. The logits are computed in chunks
+/// of rows, forward and (recomputed) backward.
+pub fn lm_head_log_prob_entropy(
+    hidden: &Tensor,
+    weight: &Tensor,
+    targets: &Tensor,
+    temperature: f64,
+) -> Result<(Tensor, Tensor)> {
+    let out = hidden.contiguous()?.apply_op3(
+        &weight.contiguous()?,
+        &targets.contiguous()?,
+        LmHeadLogProb {
+            inv_t: (1.0 / temperature) as f32,
+        },
+    )?;
+    Ok((
+        out.narrow(D::Minus1, 0, 1)?.squeeze(D::Minus1)?,
+        out.narrow(D::Minus1, 1, 1)?.squeeze(D::Minus1)?,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     //! Each fused op against the composed reference ops of [`super::super::ops`] run in f64
@@ -1152,6 +1340,45 @@ mod tests {
             );
             let e = rel(&a, &b);
             assert!(e <= 1e-5, "decode logits off by {e:e}");
+        }
+    }
+
+    #[test]
+    fn lm_head_log_prob_entropy_matches_the_composed_ops() {
+        let mut rng = ChaCha12Rng::seed_from_u64(6);
+        // More rows than one chunk (head_rows(300) = 256) so chunk boundaries are crossed.
+        for (n, d, v, temperature) in [(600, 16, 300, 0.8), (5, 8, 97, 1.0)] {
+            let h = randn(&mut rng, &[n, d], 1.0);
+            let w = randn(&mut rng, &[v, d], 0.5);
+            let tg: Vec<u32> = (0..n).map(|i| ((i * 31 + 7) % v) as u32).collect();
+            let tg = Tensor::from_vec(tg, n, &Device::Cpu).unwrap();
+            let both = |lp: Tensor, h: Tensor| Tensor::stack(&[lp, h], 1).unwrap();
+            check(
+                "lm_head_log_prob_entropy",
+                &[h, w, tg],
+                &[true, true, false],
+                |t| {
+                    let (lp, h) = lm_head_log_prob_entropy(&t[0], &t[1], &t[2], temperature)
+                        .unwrap();
+                    both(lp, h)
+                },
+                |t| {
+                    let z = (ops::linear(&t[0], &t[1], None).unwrap() / temperature).unwrap();
+                    let logp = ops::log_softmax_last(&z).unwrap();
+                    let lp = logp
+                        .gather(&t[2].unsqueeze(1).unwrap(), 1)
+                        .unwrap()
+                        .squeeze(1)
+                        .unwrap();
+                    let h = (logp.exp().unwrap() * &logp)
+                        .unwrap()
+                        .sum(D::Minus1)
+                        .unwrap()
+                        .neg()
+                        .unwrap();
+                    both(lp, h)
+                },
+            );
         }
     }
 }

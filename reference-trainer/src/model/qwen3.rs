@@ -741,11 +741,12 @@ impl Qwen3 {
         let picked = hidden
             .reshape((b * l, self.cfg.hidden_size))?
             .index_select(&rows, 0)?;
-        let mut logits = self.lm_head(&picked)?;
         if self.fused {
-            let (log_probs, entropy) = fused::log_prob_entropy(&logits, &targets, temperature)?;
+            let (log_probs, entropy) =
+                fused::lm_head_log_prob_entropy(&picked, &self.lm_head, &targets, temperature)?;
             return Ok(TokenLogProbs { log_probs, entropy });
         }
+        let mut logits = self.lm_head(&picked)?;
         if temperature != 1.0 {
             logits = (logits / temperature)?;
         }
