@@ -120,6 +120,20 @@ impl Logit for f16 {
 /// `−inf` entries are masked tokens; NaN, `+inf`, an empty row or a row without a finite entry
 /// is an error. If fewer than `top_j` entries are finite the confidence averages the finite ones.
 pub fn token_stats<T: Logit>(row: &[T], top_j: u32) -> Result<TokenStats, Error> {
+    token_stats_wide(row, top_j).map(|w| w.stats)
+}
+
+/// [`TokenStats`] together with the entropy and confidence in f64, as computed before their
+/// rounding to f32 (what the running normalisation of `M_t` takes).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct WideStats {
+    pub stats: TokenStats,
+    pub entropy: f64,
+    pub confidence: f64,
+}
+
+/// [`token_stats`] with the f64 entropy and confidence kept.
+pub(crate) fn token_stats_wide<T: Logit>(row: &[T], top_j: u32) -> Result<WideStats, Error> {
     if top_j == 0 || top_j as usize > TOP_J_CAPACITY {
         return Err(Error::TopJ(top_j));
     }
@@ -306,7 +320,7 @@ impl Accumulator {
         self.nan || !(self.s.is_finite() && self.t.is_finite()) || self.m == f32::INFINITY
     }
 
-    fn finish(&self, len: usize) -> Result<TokenStats, RowError> {
+    fn finish(&self, len: usize) -> Result<WideStats, RowError> {
         if self.m == f32::NEG_INFINITY {
             return Err(RowError::NoFinite { len });
         }
@@ -317,18 +331,22 @@ impl Accumulator {
         // Relative to the max, so huge magnitudes do not cancel: C = ln s − mean(x_(i) − m).
         let m = self.m as f64;
         let top_gap: f64 = self.top.vals[..k].iter().map(|&v| v as f64 - m).sum();
-        let confidence = ln_s - top_gap / k as f64;
-        let (confidence, log_sum_exp) = (confidence as f32, lse as f32);
+        let confidence_wide = ln_s - top_gap / k as f64;
+        let (confidence, log_sum_exp) = (confidence_wide as f32, lse as f32);
         if !(confidence.is_finite() && log_sum_exp.is_finite()) {
             return Err(RowError::Range);
         }
-        Ok(TokenStats {
-            entropy: entropy as f32,
-            confidence,
-            max_logit: self.m,
-            log_sum_exp,
-            vocab: len as u32,
-            top_count: k as u32,
+        Ok(WideStats {
+            stats: TokenStats {
+                entropy: entropy as f32,
+                confidence,
+                max_logit: self.m,
+                log_sum_exp,
+                vocab: len as u32,
+                top_count: k as u32,
+            },
+            entropy,
+            confidence: confidence_wide,
         })
     }
 }
