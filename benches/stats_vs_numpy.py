@@ -28,7 +28,8 @@ except ImportError:
     venv = os.environ.get("T2PO_NUMPY_VENV") or os.path.join(
         os.path.expanduser("~"), ".cache", "t2po-numpy-venv")
     py = os.path.join(venv, "bin", "python")
-    if os.path.realpath(sys.executable) == os.path.realpath(py):
+    # The venv's python is a symlink to this same interpreter: compare prefixes, not paths.
+    if os.path.realpath(sys.prefix) == os.path.realpath(venv):
         sys.exit(f"numpy is missing even in {venv}: {py} -m pip install numpy")
     if not os.path.exists(py):
         print(f"numpy not found: creating {venv} and installing numpy", file=sys.stderr)

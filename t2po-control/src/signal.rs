@@ -126,7 +126,9 @@ fn normalize(norm: u32, x: f64, min: f64, max: f64, range_eps: f64, ln_v: f64) -
             if range < range_eps || range <= 0.0 {
                 0.0
             } else {
-                ((x - min) / range).clamp(0.0, 1.0)
+                // No clamp needed: `min ≤ x ≤ max` (the ranges include this token), and
+                // rounding is monotonic, so `0 ≤ x − min ≤ max − min` and the quotient is in [0, 1].
+                (x - min) / range
             }
         }
     }

@@ -314,7 +314,7 @@ T2PO_HD double t2po_apply_norm(unsigned norm, double x, double mn, double mx, do
   if (norm == 2u) return x;
   double range = mx - mn;
   if (range < range_eps || range <= 0.0) return 0.0;
-  return t2po_clamp01((x - mn) / range);
+  return (x - mn) / range;  // in [0, 1] already: mn <= x <= mx, rounding is monotonic
 }
 
 T2PO_HD double t2po_apply_term(unsigned kind, double x) {
