@@ -7,7 +7,8 @@ entropy, np.partition for the top-20. The first row's statistics are compared as
 
 Run from the repository root:  python3 benches/stats_vs_numpy.py
 It builds the Rust side with `cargo build --release -p t2po-benches`. Without numpy it makes a
-virtual environment in target/bench-venv, installs numpy there (pip) and runs itself with it.
+virtual environment in $HOME/.cache/t2po-numpy-venv (or $T2PO_NUMPY_VENV), installs numpy there
+(`python3 -m venv … && …/bin/pip install numpy`, ~20 MB from PyPI) and runs itself with it.
 OPENBLAS_CORETYPE, if set, is removed for this run only (numpy's exp, sum and partition do not
 go through BLAS, but a forced core type must not skew the peer). With T2PO_BASELINE_EXE set to
 another build of the stats_vs_numpy binary, that build is timed in the same rounds too (a
@@ -24,10 +25,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 try:
     import numpy as np
 except ImportError:
-    venv = os.path.join(ROOT, "target", "bench-venv")
+    venv = os.environ.get("T2PO_NUMPY_VENV") or os.path.join(
+        os.path.expanduser("~"), ".cache", "t2po-numpy-venv")
     py = os.path.join(venv, "bin", "python")
-    if os.path.realpath(sys.executable) == os.path.realpath(py):
-        sys.exit("numpy is missing even in target/bench-venv: pip install numpy there")
+    # The venv's python is a symlink to this same interpreter: compare prefixes, not paths.
+    if os.path.realpath(sys.prefix) == os.path.realpath(venv):
+        sys.exit(f"numpy is missing even in {venv}: {py} -m pip install numpy")
     if not os.path.exists(py):
         print(f"numpy not found: creating {venv} and installing numpy", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", venv], check=True)

@@ -379,22 +379,22 @@ typedef struct {
   uint32_t top_count;
 } t2po_token_stats;
 
-// Running min/max of entropy and confidence over the current generation (all-POD).
+// Running min/max of entropy and confidence over the current generation (all-POD, f64).
 typedef struct {
   // Number of tokens that entered the range.
   uint32_t count;
-  // Running minimum entropy.
-  float h_min;
-  // Running maximum entropy.
-  float h_max;
-  // Running minimum confidence.
-  float c_min;
-  // Running maximum confidence.
-  float c_max;
   // The vocabulary size `ln_vocab` was computed for (0: none yet).
   uint32_t vocab;
+  // Running minimum entropy.
+  double h_min;
+  // Running maximum entropy.
+  double h_max;
+  // Running minimum confidence.
+  double c_min;
+  // Running maximum confidence.
+  double c_max;
   // `ln vocab`, cached: rows of one sequence share a vocabulary.
-  float ln_vocab;
+  double ln_vocab;
 } t2po_signal_state;
 
 // Running sums of one turn's signal (all-POD).

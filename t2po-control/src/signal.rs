@@ -4,29 +4,33 @@
 //! generation's tokens `1..t` (causal running range; 0 while the range is below `range_eps`).
 //! Released: `T_H = 1 − clamp(H/ln V, 0, 1)`, `T_C = −C₁ = ln p_max`, weights `1 − a` and `a`.
 //! Both are the same formula with different [`Norm`]/[`Term`] values in the config.
-//! Computed in f32; exact up to f32 rounding of a handful of operations (≤ 1e-6 absolute).
+//! The running ranges and the normalisation are kept in f64, from entropy and confidence in f64
+//! ([`Sequence::observe_row`](crate::Sequence::observe_row) hands over the kernel's f64 values;
+//! [`Sequence::observe`](crate::Sequence::observe) widens its f32 ones): a tiny running range
+//! magnifies any rounding of `H` and `C`, and f32 rounding alone moved `M_t` by up to 3.7e-3 on
+//! rows whose entropy barely varies. `M_t` itself is rounded to f32 once, at the end.
 
 use crate::config::{Config, Norm, Term};
 use crate::stats::TokenStats;
 
-/// Running min/max of entropy and confidence over the current generation (all-POD).
+/// Running min/max of entropy and confidence over the current generation (all-POD, f64).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SignalState {
     /// Number of tokens that entered the range.
     pub count: u32,
-    /// Running minimum entropy.
-    pub h_min: f32,
-    /// Running maximum entropy.
-    pub h_max: f32,
-    /// Running minimum confidence.
-    pub c_min: f32,
-    /// Running maximum confidence.
-    pub c_max: f32,
     /// The vocabulary size `ln_vocab` was computed for (0: none yet).
     pub vocab: u32,
+    /// Running minimum entropy.
+    pub h_min: f64,
+    /// Running maximum entropy.
+    pub h_max: f64,
+    /// Running minimum confidence.
+    pub c_min: f64,
+    /// Running maximum confidence.
+    pub c_max: f64,
     /// `ln vocab`, cached: rows of one sequence share a vocabulary.
-    pub ln_vocab: f32,
+    pub ln_vocab: f64,
 }
 
 impl Default for SignalState {
@@ -40,11 +44,11 @@ impl SignalState {
     pub const fn new() -> Self {
         Self {
             count: 0,
+            vocab: 0,
             h_min: 0.0,
             h_max: 0.0,
             c_min: 0.0,
             c_max: 0.0,
-            vocab: 0,
             ln_vocab: 0.0,
         }
     }
@@ -52,7 +56,18 @@ impl SignalState {
     /// Adds this token's statistics to the running ranges and returns its `M_t`.
     #[inline]
     pub fn update(&mut self, cfg: &Config, stats: &TokenStats) -> f32 {
-        let (h, c) = (stats.entropy, stats.confidence);
+        self.update_wide(
+            cfg,
+            stats.entropy as f64,
+            stats.confidence as f64,
+            stats.vocab,
+        )
+    }
+
+    /// [`update`](Self::update) with the entropy `h` and confidence `c` in f64 (as the
+    /// statistics kernel computes them) for a row of `vocab` entries.
+    #[inline]
+    pub fn update_wide(&mut self, cfg: &Config, h: f64, c: f64, vocab: u32) -> f32 {
         if self.count == 0 {
             (self.h_min, self.h_max, self.c_min, self.c_max) = (h, h, c, c);
         } else {
@@ -63,11 +78,9 @@ impl SignalState {
         }
         self.count = self.count.saturating_add(1);
         let ln_norm = Norm::LnVocab as u32;
-        if (cfg.entropy_norm == ln_norm || cfg.confidence_norm == ln_norm)
-            && stats.vocab != self.vocab
-        {
-            self.vocab = stats.vocab;
-            self.ln_vocab = libm::logf(stats.vocab as f32);
+        if (cfg.entropy_norm == ln_norm || cfg.confidence_norm == ln_norm) && vocab != self.vocab {
+            self.vocab = vocab;
+            self.ln_vocab = libm::log(vocab as f64);
         }
         let th = term(
             cfg.entropy_term,
@@ -76,7 +89,7 @@ impl SignalState {
                 h,
                 self.h_min,
                 self.h_max,
-                cfg.range_eps,
+                cfg.range_eps as f64,
                 self.ln_vocab,
             ),
         );
@@ -87,16 +100,17 @@ impl SignalState {
                 c,
                 self.c_min,
                 self.c_max,
-                cfg.range_eps,
+                cfg.range_eps as f64,
                 self.ln_vocab,
             ),
         );
-        cfg.alpha * th + (1.0 - cfg.alpha) * tc
+        let alpha = cfg.alpha as f64;
+        (alpha * th + (1.0 - alpha) * tc) as f32
     }
 }
 
 #[inline]
-fn normalize(norm: u32, x: f32, min: f32, max: f32, range_eps: f32, ln_v: f32) -> f32 {
+fn normalize(norm: u32, x: f64, min: f64, max: f64, range_eps: f64, ln_v: f64) -> f64 {
     match norm {
         n if n == Norm::LnVocab as u32 => {
             if ln_v > 0.0 {
@@ -112,14 +126,16 @@ fn normalize(norm: u32, x: f32, min: f32, max: f32, range_eps: f32, ln_v: f32) -
             if range < range_eps || range <= 0.0 {
                 0.0
             } else {
-                ((x - min) / range).clamp(0.0, 1.0)
+                // No clamp needed: `min ≤ x ≤ max` (the ranges include this token), and
+                // rounding is monotonic, so `0 ≤ x − min ≤ max − min` and the quotient is in [0, 1].
+                (x - min) / range
             }
         }
     }
 }
 
 #[inline]
-fn term(kind: u32, x: f32) -> f32 {
+fn term(kind: u32, x: f64) -> f64 {
     match kind {
         k if k == Term::Complement as u32 => 1.0 - x,
         k if k == Term::Negate as u32 => -x,

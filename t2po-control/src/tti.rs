@@ -10,7 +10,7 @@
 use crate::config::{Config, Trigger, WINDOW_CAPACITY};
 use crate::error::{Error, Status};
 use crate::signal::SignalState;
-use crate::stats::{token_stats, Logit, TokenStats};
+use crate::stats::{token_stats_wide, Logit, TokenStats};
 use crate::tds::TurnAccumulator;
 
 /// Where a generation starts with respect to `<think>` (`t2po_think_start`).
@@ -223,8 +223,8 @@ impl Sequence {
         if let Some(step) = self.forced_step()? {
             return Ok(step);
         }
-        let stats = token_stats(row, self.config.top_j)?;
-        Ok(self.observe_unforced(&stats))
+        let w = token_stats_wide(row, self.config.top_j)?;
+        Ok(self.observe_unforced(w.entropy, w.confidence, w.stats.vocab))
     }
 
     /// Like [`observe_row`](Self::observe_row) with statistics computed elsewhere (a GPU kernel).
@@ -238,7 +238,7 @@ impl Sequence {
             // The forced-step path above changed nothing when it returned None.
             return Err(Error::BadStats);
         }
-        Ok(self.observe_unforced(stats))
+        Ok(self.observe_unforced(stats.entropy as f64, stats.confidence as f64, stats.vocab))
     }
 
     /// Checks the call order; on a step owned by the forced queue returns that step.
@@ -265,9 +265,9 @@ impl Sequence {
     }
 
     #[inline(always)]
-    fn observe_unforced(&mut self, stats: &TokenStats) -> Step {
+    fn observe_unforced(&mut self, entropy: f64, confidence: f64, vocab: u32) -> Step {
         let cfg = &self.config;
-        let m = self.signal.update(cfg, stats);
+        let m = self.signal.update_wide(cfg, entropy, confidence, vocab);
         self.t = self.t.saturating_add(1);
         if self.t >= 2 {
             let delta = (m - self.prev_m).abs();

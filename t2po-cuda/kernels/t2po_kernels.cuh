@@ -306,18 +306,19 @@ T2PO_HD void t2po_block_topk(const float* vals, unsigned n, unsigned k_want, flo
 // The TTI machine on t2po_seq, mirroring t2po-control/src/{signal,tti,tds}.rs operation by
 // operation (same f32/f64 order, no contraction), so the state evolves bit for bit alike.
 
-T2PO_HD float t2po_clamp01(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+// The running ranges and the normalisation in double, as signal.rs (M_t rounds to float once).
+T2PO_HD double t2po_clamp01(double x) { return x < 0.0 ? 0.0 : (x > 1.0 ? 1.0 : x); }
 
-T2PO_HD float t2po_apply_norm(unsigned norm, float x, float mn, float mx, float range_eps, float ln_v) {
-  if (norm == 1u) return ln_v > 0.0f ? t2po_clamp01(x / ln_v) : 0.0f;
+T2PO_HD double t2po_apply_norm(unsigned norm, double x, double mn, double mx, double range_eps, double ln_v) {
+  if (norm == 1u) return ln_v > 0.0 ? t2po_clamp01(x / ln_v) : 0.0;
   if (norm == 2u) return x;
-  float range = mx - mn;
-  if (range < range_eps || range <= 0.0f) return 0.0f;
-  return t2po_clamp01((x - mn) / range);
+  double range = mx - mn;
+  if (range < range_eps || range <= 0.0) return 0.0;
+  return (x - mn) / range;  // in [0, 1] already: mn <= x <= mx, rounding is monotonic
 }
 
-T2PO_HD float t2po_apply_term(unsigned kind, float x) {
-  if (kind == 1u) return 1.0f - x;
+T2PO_HD double t2po_apply_term(unsigned kind, double x) {
+  if (kind == 1u) return 1.0 - x;
   if (kind == 2u) return -x;
   return x;
 }
@@ -325,7 +326,7 @@ T2PO_HD float t2po_apply_term(unsigned kind, float x) {
 T2PO_HD unsigned t2po_sat_inc(unsigned x) { return x == 0xffffffffu ? x : x + 1u; }
 
 T2PO_HD float t2po_signal_update(t2po_signal_state* s, const t2po_config* cfg, const t2po_token_stats* st) {
-  float h = st->entropy, c = st->confidence;
+  double h = (double)st->entropy, c = (double)st->confidence;
   if (s->count == 0) {
     s->h_min = h;
     s->h_max = h;
@@ -340,11 +341,13 @@ T2PO_HD float t2po_signal_update(t2po_signal_state* s, const t2po_config* cfg, c
   s->count = t2po_sat_inc(s->count);
   if ((cfg->entropy_norm == 1u || cfg->confidence_norm == 1u) && st->vocab != s->vocab) {
     s->vocab = st->vocab;
-    s->ln_vocab = logf((float)st->vocab);
+    s->ln_vocab = log((double)st->vocab);
   }
-  float th = t2po_apply_term(cfg->entropy_term, t2po_apply_norm(cfg->entropy_norm, h, s->h_min, s->h_max, cfg->range_eps, s->ln_vocab));
-  float tc = t2po_apply_term(cfg->confidence_term, t2po_apply_norm(cfg->confidence_norm, c, s->c_min, s->c_max, cfg->range_eps, s->ln_vocab));
-  return cfg->alpha * th + (1.0f - cfg->alpha) * tc;
+  double eps = (double)cfg->range_eps;
+  double th = t2po_apply_term(cfg->entropy_term, t2po_apply_norm(cfg->entropy_norm, h, s->h_min, s->h_max, eps, s->ln_vocab));
+  double tc = t2po_apply_term(cfg->confidence_term, t2po_apply_norm(cfg->confidence_norm, c, s->c_min, s->c_max, eps, s->ln_vocab));
+  double alpha = (double)cfg->alpha;
+  return (float)(alpha * th + (1.0 - alpha) * tc);
 }
 
 T2PO_HD void t2po_turn_push(t2po_turn_accumulator* a, const t2po_config* cfg, unsigned t, float m) {
