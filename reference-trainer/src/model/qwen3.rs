@@ -450,7 +450,9 @@ impl Qwen3 {
             cos,
             sin,
             cos_sin,
-            fused: Self::can_fuse(dtype, device),
+            // `T2PO_COMPOSED_OPS=1` runs a whole program on the composed reference ops (A/B runs).
+            fused: Self::can_fuse(dtype, device)
+                && std::env::var_os("T2PO_COMPOSED_OPS").is_none_or(|v| v != "1"),
             dtype,
             device: device.clone(),
         })
@@ -461,8 +463,8 @@ impl Qwen3 {
     }
 
     /// Whether the forward and backward run the fused kernels of [`fused`] (the default for f32
-    /// on the CPU) or the composed candle ops of [`ops`] (the reference; the only path on
-    /// other dtypes and devices).
+    /// on the CPU, unless the environment sets `T2PO_COMPOSED_OPS=1`) or the composed candle ops
+    /// of [`ops`] (the reference; the only path on other dtypes and devices).
     pub fn fused(&self) -> bool {
         self.fused
     }
