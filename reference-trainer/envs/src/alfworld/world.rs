@@ -4,6 +4,8 @@
 //! the six task types' success conditions.
 
 use super::vocab;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// The six task types (`traj_data.task_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -119,32 +121,22 @@ pub struct Object {
     pub toggled: bool,
     /// `isOn`.
     pub on: bool,
-}
-
-impl Object {
-    fn has(&self, list: &[&str]) -> bool {
-        list.contains(&self.class.as_str())
-    }
-    /// `heatable`.
-    pub fn heatable(&self) -> bool {
-        self.has(&vocab::HEATABLE)
-    }
+    /// `heatable`. The affordances are facts of the problem, not of the class: real ALFRED files
+    /// state them only for the task's objects (a lamp that is not the toggle target is not
+    /// `toggleable`), and the engine's actions and goals test the facts.
+    pub heatable: bool,
     /// `coolable`.
-    pub fn coolable(&self) -> bool {
-        self.has(&vocab::COOLABLE)
-    }
+    pub coolable: bool,
     /// `cleanable`.
-    pub fn cleanable(&self) -> bool {
-        self.has(&vocab::CLEANABLE)
-    }
-    /// `toggleable`.
-    pub fn toggleable(&self) -> bool {
-        self.has(&vocab::TOGGLEABLE)
-    }
+    pub cleanable: bool,
     /// `sliceable`.
-    pub fn sliceable(&self) -> bool {
-        self.has(&vocab::SLICEABLE)
-    }
+    pub sliceable: bool,
+    /// `toggleable`.
+    pub toggleable: bool,
+    /// `objectAtLocation`: where the object is (`None` while held, or when the file gives no
+    /// location). Real files put an object at its nearest navigable point, which need not be
+    /// its receptacle's location; `slice` tests this fact.
+    pub at: Option<usize>,
 }
 
 /// A grounded action.
@@ -182,8 +174,9 @@ pub enum Action {
     Help,
 }
 
-/// The help text of the 0.4+ grammar (`alfred.twl2`, byte for byte).
-pub const HELP: &str = "\nAvailable commands:\n  look:                             look around your current location\n  inventory:                        check your current inventory\n  go to (receptacle):               move to a receptacle\n  open (receptacle):                open a receptacle\n  close (receptacle):               close a receptacle\n  take (object) from (receptacle):  take an object from a receptacle\n  move (object) to (receptacle):  place an object in or on a receptacle\n  examine (something):              examine a receptacle or an object\n  use (object):                     use an object\n  heat (object) with (receptacle):  heat an object using a receptacle\n  clean (object) with (receptacle): clean an object using a receptacle\n  cool (object) with (receptacle):  cool an object using a receptacle\n  slice (object) with (object):     slice an object using a sharp object\n";
+/// The help text of the 0.4+ grammar, as the engine prints it: `alfred.twl2`'s text without the
+/// newline that opens the rule (TextWorld strips the derived feedback).
+pub const HELP: &str = "Available commands:\n  look:                             look around your current location\n  inventory:                        check your current inventory\n  go to (receptacle):               move to a receptacle\n  open (receptacle):                open a receptacle\n  close (receptacle):               close a receptacle\n  take (object) from (receptacle):  take an object from a receptacle\n  move (object) to (receptacle):  place an object in or on a receptacle\n  examine (something):              examine a receptacle or an object\n  use (object):                     use an object\n  heat (object) with (receptacle):  heat an object using a receptacle\n  clean (object) with (receptacle): clean an object using a receptacle\n  cool (object) with (receptacle):  cool an object using a receptacle\n  slice (object) with (object):     slice an object using a sharp object\n";
 
 /// The world state of one game.
 #[derive(Clone, Debug, PartialEq)]
@@ -206,6 +199,9 @@ pub struct World {
     pub arrive_at_loc: bool,
     /// The task.
     pub task: Task,
+    /// The problem's `canContain` facts as (receptacle class, object class), CamelCase; `None`
+    /// uses the generator's table ([`vocab::contains`]).
+    pub can_contain: Option<Arc<BTreeSet<(String, String)>>>,
 }
 
 /// `nothing` / `a X` / `a X, a Y, and a Z` (the last separator is always ", and ").
@@ -223,8 +219,17 @@ pub fn render_list<S: AsRef<str>>(names: &[S]) -> String {
     }
 }
 
-/// Assigns `class N` names over ids: per class, ids sorted by string, numbers handed out by
-/// popping from the end, so the first id in sorted order gets the highest number.
+/// The order the engine sorts entity ids in: Fast Downward lowercases the PDDL names, and the
+/// Demangler sorts those lowercased mangled ids (`cabinet_bar__minus_01…` before
+/// `cabinet_bar__plus_00…`; `toilet_bar_…` before `toiletpaperhanger_bar_…`). `id` is the
+/// unmangled id (`Cabinet|-01.75|…`).
+pub fn engine_key(id: &str) -> String {
+    super::game::mangle(id).to_ascii_lowercase()
+}
+
+/// Assigns `class N` names over ids (unmangled): per class, ids sorted by [`engine_key`],
+/// numbers handed out by popping from the end, so the first id in sorted order gets the
+/// highest number (the Demangler of `alfworld.agents.utils.misc`).
 pub fn number_names(entities: &[(String, String)]) -> Vec<String> {
     let mut names = vec![String::new(); entities.len()];
     let mut classes: Vec<&str> = entities.iter().map(|(_, c)| c.as_str()).collect();
@@ -234,7 +239,7 @@ pub fn number_names(entities: &[(String, String)]) -> Vec<String> {
         let mut idx: Vec<usize> = (0..entities.len())
             .filter(|&i| entities[i].1 == class)
             .collect();
-        idx.sort_by(|&a, &b| entities[a].0.cmp(&entities[b].0));
+        idx.sort_by_cached_key(|&i| engine_key(&entities[i].0));
         let lower = class.to_lowercase();
         let mut n = 1;
         while let Some(i) = idx.pop() {
@@ -365,36 +370,43 @@ impl World {
                 let held = &self.objects[h];
                 for &r in &here {
                     let rec = &self.receptacles[r];
-                    if self.accessible(r) && vocab::contains(&rec.class, &held.class) {
+                    if self.accessible(r) && self.holds(&rec.class, &held.class) {
                         let (cmd, _) = self.put_text(&held.name, &rec.name);
                         out.push((cmd, Action::Put(h, r)));
                     }
-                    if rec.class == "Microwave" && held.heatable() {
+                    if rec.class == "Microwave" && held.heatable {
                         out.push((
                             format!("heat {} with {}", held.name, rec.name),
                             Action::Heat(h, r),
                         ));
                     }
-                    if rec.class == "Fridge" && held.coolable() {
+                    if rec.class == "Fridge" && held.coolable {
                         out.push((
                             format!("cool {} with {}", held.name, rec.name),
                             Action::Cool(h, r),
                         ));
                     }
-                    if (rec.class == "SinkBasin" || rec.class == "BathtubBasin") && held.cleanable()
-                    {
+                    // CleanObject takes `(receptacleType ?r SinkBasinType)` only (the
+                    // SinkType alternative is commented out in `alfred.pddl`).
+                    if rec.class == "SinkBasin" && held.cleanable {
                         out.push((
                             format!("clean {} with {}", held.name, rec.name),
                             Action::Clean(h, r),
                         ));
                     }
                 }
+                // examineObject in the shipped `alfred.pddl` is `(or (exists (?l - location, ?r -
+                // receptacle) …) (holds ?a ?o))`: the comma makes `location,` a type that no
+                // object has, so the first branch never holds and only the held object can be
+                // examined. The engine's behaviour is what counts, so the same here.
                 out.push((format!("examine {}", held.name), Action::ExamineObject(h)));
+                // SliceObject: `(sliceable ?co)`, `(objectAtLocation ?co ?l)` at the agent's
+                // location (whatever holds it, open or closed) and a held knife.
                 if held.class == "Knife" || held.class == "ButterKnife" {
-                    for &(o, _) in &visible {
-                        if self.objects[o].sliceable() {
+                    for (o, obj) in self.objects.iter().enumerate() {
+                        if obj.sliceable && obj.at == Some(self.agent) {
                             out.push((
-                                format!("slice {} with {}", self.objects[o].name, held.name),
+                                format!("slice {} with {}", obj.name, held.name),
                                 Action::Slice(o, h),
                             ));
                         }
@@ -403,15 +415,9 @@ impl World {
             }
         }
         for (o, obj) in self.objects.iter().enumerate() {
-            if obj.toggleable() && obj.inside.is_some_and(|r| self.here(r)) {
+            if obj.toggleable && obj.inside.is_some_and(|r| self.here(r)) {
                 out.push((format!("use {}", obj.name), Action::Use(o)));
             }
-        }
-        for &(o, _) in &visible {
-            out.push((
-                format!("examine {}", self.objects[o].name),
-                Action::ExamineObject(o),
-            ));
         }
         out.push(("inventory".into(), Action::Inventory));
         out.push(("look".into(), Action::Look));
@@ -421,6 +427,14 @@ impl World {
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out.dedup_by(|a, b| a.0 == b.0);
         out
+    }
+
+    /// `canContain` for a receptacle class and an object class.
+    fn holds(&self, receptacle: &str, object: &str) -> bool {
+        match &self.can_contain {
+            Some(set) => set.contains(&(receptacle.to_string(), object.to_string())),
+            None => vocab::contains(receptacle, object),
+        }
     }
 
     /// The admissible commands.
@@ -450,10 +464,10 @@ impl World {
             _ if h => format!("This is a hot {n}."),
             _ if k => format!("This is a clean {n}."),
             _ if c => format!("This is a cold {n}."),
-            _ if obj.toggleable() => {
+            _ if obj.toggleable => {
                 format!("This {n} is {}.", if obj.toggled { "on" } else { "off" })
             }
-            _ if s && obj.sliceable() => format!("This is a sliced {n}."),
+            _ if s && obj.sliceable => format!("This is a sliced {n}."),
             _ => format!("There's nothing special about {n}."),
         }
     }
@@ -493,6 +507,7 @@ impl World {
             }
             Action::Take(o, r) => {
                 self.objects[o].inside = None;
+                self.objects[o].at = None;
                 self.held = Some(o);
                 format!(
                     "You pick up the {} from the {}.",
@@ -501,6 +516,7 @@ impl World {
             }
             Action::Put(o, r) => {
                 self.objects[o].inside = Some(r);
+                self.objects[o].at = Some(self.agent);
                 self.held = None;
                 self.put_text(&self.objects[o].name, &self.receptacles[r].name)
                     .1
@@ -583,15 +599,15 @@ impl World {
             TaskType::Clean => self
                 .objects
                 .iter()
-                .any(|o| in_target(o) && o.cleanable() && o.clean),
+                .any(|o| in_target(o) && o.cleanable && o.clean),
             TaskType::Heat => self
                 .objects
                 .iter()
-                .any(|o| in_target(o) && o.heatable() && o.hot),
+                .any(|o| in_target(o) && o.heatable && o.hot),
             TaskType::Cool => self
                 .objects
                 .iter()
-                .any(|o| in_target(o) && o.coolable() && o.cool),
+                .any(|o| in_target(o) && o.coolable && o.cool),
             TaskType::PickTwo => (0..self.receptacles.len()).any(|r| {
                 self.receptacles[r].class == t.receptacle
                     && self
@@ -605,7 +621,10 @@ impl World {
                 let holding = self.held.is_some_and(|h| self.objects[h].class == t.object);
                 holding
                     && self.objects.iter().any(|o| {
-                        o.class == t.toggle && o.toggled && o.inside.is_some_and(|r| self.here(r))
+                        o.class == t.toggle
+                            && o.toggleable
+                            && o.toggled
+                            && o.inside.is_some_and(|r| self.here(r))
                     })
             }
         }

@@ -1,0 +1,329 @@
+//! ALFWorld against the real engine (alfworld 0.4.2 + textworld 1.7.0 from PyPI): generated
+//! games are written with `write_game_dir`, found by verl-agent's `AlfredTWEnv` file filters,
+//! played by the environment `AlfredTWEnv.init_env` builds (`register_games`, AlfredDemangler +
+//! AlfredInfos, 50 steps) through `tests/alfworld_engine.py`, and compared step by step with
+//! this crate's environment: observation text, admissible list, won and done, for expert and
+//! random-walk trajectories, on the generated worlds and on the same games read back from the
+//! written files by `load_game_dir`.
+//!
+//! The engine is found through `T2PO_ALFWORLD_PYTHON` (a Python with `alfworld==0.4.2
+//! textworld==1.7.0`; `.ci/run` installs one into `~/.cache/t2po-alfworld-venv`). Without it
+//! the test says it did not run; with `T2PO_REQUIRE_ALFWORLD=1` a missing engine is a failure.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use t2po_envs::alfworld::game::{
+    expert_walkthrough, generate_split, load_game_dir, write_game_dir, Game, GameLogic, Split,
+};
+use t2po_envs::alfworld::world::TaskType;
+use t2po_envs::alfworld::AlfworldEnv;
+use t2po_envs::rng::Rng;
+use t2po_envs::{Env, Projected};
+
+/// The engine's Python, or `None` (after checking `T2PO_REQUIRE_ALFWORLD`).
+fn engine_python() -> Option<PathBuf> {
+    let required = std::env::var_os("T2PO_REQUIRE_ALFWORLD").is_some_and(|v| v == "1");
+    let python = std::env::var_os("T2PO_ALFWORLD_PYTHON").map(PathBuf::from);
+    let usable = python.as_ref().is_some_and(|p| {
+        Command::new(p)
+            .args(["-c", "import alfworld, textworld, fast_downward"])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if usable {
+        return python;
+    }
+    assert!(
+        !required,
+        "T2PO_REQUIRE_ALFWORLD=1 but T2PO_ALFWORLD_PYTHON={python:?} cannot import alfworld, textworld and fast_downward"
+    );
+    eprintln!(
+        "ALFWorld engine comparison not run: set T2PO_ALFWORLD_PYTHON to a Python with `pip install alfworld==0.4.2 textworld==1.7.0` (.ci/run installs one into ~/.cache/t2po-alfworld-venv)"
+    );
+    None
+}
+
+/// `alfred.pddl` and `alfred.twl2` of the installed alfworld wheel.
+fn engine_logic(python: &Path) -> GameLogic {
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import alfworld, os; print(os.path.join(os.path.dirname(alfworld.__file__), 'data'))",
+        ])
+        .output()
+        .expect("run the engine's Python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = String::from_utf8(out.stdout).unwrap();
+    GameLogic::from_dir(Path::new(dir.trim())).expect("the wheel's alfred.pddl and alfred.twl2")
+}
+
+/// One step (or the reset) as either side sees it.
+#[derive(Clone, Debug, PartialEq)]
+struct Seen {
+    obs: String,
+    admissible: Vec<String>,
+    won: bool,
+    done: bool,
+}
+
+fn ours(game: &Game, actions: &[String]) -> Vec<Seen> {
+    let mut env = AlfworldEnv::new(vec![game.clone()]).unwrap();
+    let first = env.reset(0);
+    let mut seen = vec![Seen {
+        obs: first.text,
+        admissible: first.admissible,
+        won: false,
+        done: false,
+    }];
+    for a in actions {
+        let t = env.step(&Projected {
+            action: a.clone(),
+            valid: true,
+        });
+        seen.push(Seen {
+            obs: t.observation.text,
+            admissible: t.observation.admissible,
+            won: t.info.won,
+            done: t.done,
+        });
+        if t.done {
+            break;
+        }
+    }
+    seen
+}
+
+/// A random walk of 50 steps over our admissible lists (seeded).
+fn random_walk(game: &Game, seed: u64) -> Vec<String> {
+    let mut env = AlfworldEnv::new(vec![game.clone()]).unwrap();
+    let mut rng = Rng::new(seed);
+    let mut adm = env.reset(0).admissible;
+    let mut actions = Vec::new();
+    for _ in 0..50 {
+        let a = adm[rng.below(adm.len())].clone();
+        actions.push(a.clone());
+        let t = env.step(&Projected {
+            action: a,
+            valid: true,
+        });
+        if t.done {
+            break;
+        }
+        adm = t.observation.admissible;
+    }
+    actions
+}
+
+#[derive(Default)]
+struct Tally {
+    steps: usize,
+    obs: usize,
+    admissible: usize,
+    won_done: usize,
+    length: usize,
+    trajectories: usize,
+}
+
+impl Tally {
+    fn row(&self, name: &str) -> String {
+        let pct = |k: usize| 100.0 * k as f64 / self.steps.max(1) as f64;
+        format!(
+            "{name}: {} trajectories, {} steps; observation {}/{} = {:.2} %, admissible {}/{} = {:.2} %, won/done {}/{} = {:.2} %, same length {}/{}",
+            self.trajectories,
+            self.steps,
+            self.obs,
+            self.steps,
+            pct(self.obs),
+            self.admissible,
+            self.steps,
+            pct(self.admissible),
+            self.won_done,
+            self.steps,
+            pct(self.won_done),
+            self.length,
+            self.trajectories
+        )
+    }
+}
+
+/// `per_type` games of each task type, spread over the three splits.
+fn pick_games(per_type: usize) -> Vec<Game> {
+    let mut count: BTreeMap<TaskType, usize> = BTreeMap::new();
+    let mut games = Vec::new();
+    for (k, (split, seed)) in [
+        (Split::ValidUnseen, 11),
+        (Split::ValidSeen, 12),
+        (Split::Train, 13),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // Up to this many of each type once this split is done.
+        let quota = (per_type * (k + 1)).div_ceil(3);
+        for g in generate_split(split, 200, seed) {
+            let c = count.entry(g.world.task.kind).or_default();
+            if *c < quota {
+                *c += 1;
+                games.push(g);
+            }
+        }
+    }
+    games
+}
+
+#[test]
+fn the_real_engine_plays_written_games_as_we_do() {
+    let Some(python) = engine_python() else {
+        return;
+    };
+    let logic = engine_logic(&python);
+    let per_type: usize = std::env::var("T2PO_ALFWORLD_GAMES_PER_TYPE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let games = pick_games(per_type);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // (game index, trajectory kind, actions)
+    let mut trajectories: Vec<(usize, &str, Vec<String>)> = Vec::new();
+    let mut files = Vec::new();
+    for (i, g) in games.iter().enumerate() {
+        let game_dir = data.join(format!("{}/trial_T{i:04}", g.name));
+        write_game_dir(g, &game_dir, &logic).unwrap();
+        files.push(game_dir.join("game.tw-pddl"));
+        let expert = expert_walkthrough(g).expect("the expert solves generated games");
+        trajectories.push((i, "expert", expert));
+        for k in 0..2 {
+            trajectories.push((i, "random", random_walk(g, 1000 + 7 * i as u64 + k)));
+        }
+    }
+    let cases = serde_json::json!({
+        "data_path": data,
+        "max_steps": 50,
+        "games": trajectories.iter().map(|(i, _, a)| serde_json::json!({
+            "gamefile": files[*i], "actions": a
+        })).collect::<Vec<_>>(),
+    });
+    let cases_path = dir.path().join("cases.json");
+    let out_path = dir.path().join("engine.json");
+    std::fs::write(&cases_path, cases.to_string()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/alfworld_engine.py");
+    let status = Command::new(&python)
+        .arg(&script)
+        .arg(&cases_path)
+        .arg(&out_path)
+        .status()
+        .expect("run tests/alfworld_engine.py");
+    assert!(status.success(), "the engine driver failed");
+    let engine: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+
+    // verl-agent's AlfredTWEnv collects every written game (traj_data, task type, solvable).
+    let collected: Vec<String> = engine["collected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        collected.len(),
+        games.len(),
+        "AlfredTWEnv collects every written game"
+    );
+
+    let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
+    let mut loaded = 0;
+    let mut first_diffs: Vec<String> = Vec::new();
+    for ((i, kind, actions), result) in trajectories.iter().zip(engine["games"].as_array().unwrap())
+    {
+        if !result["error"].is_null() {
+            first_diffs.push(format!("{}: {}", files[*i].display(), result["error"]));
+            continue;
+        }
+        loaded += 1;
+        let theirs: Vec<Seen> = std::iter::once(Seen {
+            obs: result["reset"]["obs"].as_str().unwrap().to_string(),
+            admissible: serde_json::from_value(result["reset"]["admissible"].clone()).unwrap(),
+            won: result["reset"]["won"].as_bool().unwrap(),
+            done: false,
+        })
+        .chain(result["steps"].as_array().unwrap().iter().map(|s| Seen {
+            obs: s["obs"].as_str().unwrap().to_string(),
+            admissible: serde_json::from_value(s["admissible"].clone()).unwrap(),
+            won: s["won"].as_bool().unwrap(),
+            done: s["done"].as_bool().unwrap(),
+        }))
+        .collect();
+        let from_file = load_game_dir(files[*i].parent().unwrap())
+            .unwrap()
+            .expect("kept by the filters");
+        for (source, game) in [("generated", &games[*i]), ("read back", &from_file)] {
+            let mine = ours(game, actions);
+            let t = tallies.entry(format!("{source} / {kind}")).or_default();
+            t.trajectories += 1;
+            t.length += usize::from(mine.len() == theirs.len());
+            for (k, (a, b)) in mine.iter().zip(&theirs).enumerate() {
+                t.steps += 1;
+                t.obs += usize::from(a.obs == b.obs);
+                t.admissible += usize::from(a.admissible == b.admissible);
+                t.won_done += usize::from(a.won == b.won && a.done == b.done);
+                if a != b && first_diffs.len() < 12 {
+                    let step = if k == 0 {
+                        "reset".to_string()
+                    } else {
+                        format!("after `{}`", actions[k - 1])
+                    };
+                    first_diffs.push(format!(
+                        "{} ({source}, {kind}) {step}:\n  ours:   {:?}\n  engine: {:?}",
+                        games[*i].name, a, b
+                    ));
+                }
+            }
+        }
+    }
+    println!(
+        "ALFWorld vs the real engine: {} games ({per_type} per task type), {loaded}/{} trajectories loaded",
+        games.len(),
+        trajectories.len()
+    );
+    for (name, t) in &tallies {
+        println!("  {}", t.row(name));
+    }
+    for d in &first_diffs {
+        println!("{d}");
+    }
+    assert_eq!(
+        loaded,
+        trajectories.len(),
+        "every written game loads in the engine"
+    );
+    for (name, t) in &tallies {
+        assert!(
+            t.obs == t.steps
+                && t.admissible == t.steps
+                && t.won_done == t.steps
+                && t.length == t.trajectories,
+            "{}",
+            t.row(name)
+        );
+    }
+    // The expert wins in the engine too.
+    let expert_wins = trajectories
+        .iter()
+        .zip(engine["games"].as_array().unwrap())
+        .filter(|((_, kind, _), _)| *kind == "expert")
+        .filter(|(_, r)| {
+            r["steps"]
+                .as_array()
+                .and_then(|s| s.last())
+                .is_some_and(|s| s["won"].as_bool() == Some(true))
+        })
+        .count();
+    println!("expert wins in the engine: {expert_wins}/{}", games.len());
+    assert_eq!(expert_wins, games.len());
+}
