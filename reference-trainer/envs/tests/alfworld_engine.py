@@ -15,6 +15,8 @@ Every game is registered alone (batch of one, synchronous), so a game that fails
 reported for that game instead of ending the run.
 
 OUT.json: {"collected": [gamefile, ...],
+           "formats": {gamefile: {"json_dump_equal": bool, "keys": [...], "domain_equal": bool,
+                                  "grammar_is_template": bool}},
            "games": [{"gamefile": ..., "error": null | "message",
                       "reset": {"obs": ..., "admissible": [...], "won": bool},
                       "steps": [{"action": ..., "obs": ..., "admissible": [...],
@@ -62,6 +64,37 @@ def main():
     collector = AlfredTWEnv(config, train_eval="eval_out_of_distribution")
     collected = sorted(os.path.abspath(p) for p in collector.game_files)
 
+    # The file format, against what alfworld-generate writes: json.dump of the game data, the
+    # wheel's alfred.pddl verbatim, and alfred.twl2 with UNKNOWN GOAL replaced by one of the
+    # goal library's templates filled from traj_data's pddl_params (get_templated_task_desc).
+    import alfworld
+    import alfworld.gen.goal_library as glib
+
+    data_dir = os.path.join(os.path.dirname(alfworld.__file__), "data")
+    domain = open(os.path.join(data_dir, "alfred.pddl")).read()
+    twl2 = open(os.path.join(data_dir, "alfred.twl2")).read()
+    formats = {}
+    for gamefile in collected:
+        text = open(gamefile).read()
+        data = json.loads(text)
+        traj = json.load(open(os.path.join(os.path.dirname(gamefile), "traj_data.json")))
+        params = traj["pddl_params"]
+        goals = [
+            t.format(
+                obj=params["object_target"].lower(),
+                recep=params["parent_target"].lower(),
+                toggle=params["toggle_target"].lower(),
+                mrecep=params["mrecep_target"].lower(),
+            )
+            for t in glib.gdict[traj["task_type"]]["templates"]
+        ]
+        formats[gamefile] = {
+            "json_dump_equal": json.dumps(data) == text,
+            "keys": list(data.keys()),
+            "domain_equal": data["pddl_domain"] == domain,
+            "grammar_is_template": any(data["grammar"] == twl2.replace("UNKNOWN GOAL", g) for g in goals),
+        }
+
     results = []
     for case in cases["games"]:
         gamefile = os.path.abspath(case["gamefile"])
@@ -103,7 +136,7 @@ def main():
 
     tmp = out_path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"collected": collected, "games": results}, f)
+        json.dump({"collected": collected, "formats": formats, "games": results}, f)
     os.replace(tmp, out_path)
 
 

@@ -119,6 +119,22 @@ fn random_walk(game: &Game, seed: u64) -> Vec<String> {
     actions
 }
 
+/// A tour: every receptacle in turn, `look` and `open` there (49 steps at most, so the episode
+/// does not end on the step limit before the tour does).
+fn tour(game: &Game) -> Vec<String> {
+    let w = &game.world;
+    let mut actions = Vec::new();
+    for r in &w.receptacles {
+        actions.push(format!("go to {}", r.name));
+        actions.push("look".to_string());
+        if r.openable {
+            actions.push(format!("open {}", r.name));
+        }
+    }
+    actions.truncate(49);
+    actions
+}
+
 #[derive(Default)]
 struct Tally {
     steps: usize,
@@ -176,6 +192,36 @@ fn pick_games(per_type: usize) -> Vec<Game> {
     games
 }
 
+/// An ALFRED-style variant of a generated game, with what real ALFRED files have and generated
+/// games do not: affordance facts only on the task's classes (a distractor apple is neither
+/// heatable nor sliceable, a lamp that is not the toggle target is not toggleable), objects
+/// whose `objectAtLocation` is another receptacle's location (ALFRED places an object at its
+/// nearest navigable point), and objects with no location fact.
+fn alfred_style(game: &Game, seed: u64) -> Game {
+    let mut g = game.clone();
+    let mut rng = Rng::new(seed);
+    let w = &mut g.world;
+    let task = w.task.clone();
+    let locations: Vec<usize> = w.receptacles.iter().map(|r| r.location).collect();
+    for o in w.objects.iter_mut() {
+        let target = o.class == task.object || o.class == task.toggle;
+        if !target {
+            o.heatable = false;
+            o.coolable = false;
+            o.cleanable = false;
+            o.sliceable = false;
+            o.toggleable = false;
+        }
+        match rng.below(4) {
+            0 => o.at = Some(locations[rng.below(locations.len())]),
+            1 if !target => o.at = None,
+            _ => {}
+        }
+    }
+    g.name = format!("{}-alfred", g.name);
+    g
+}
+
 #[test]
 fn the_real_engine_plays_written_games_as_we_do() {
     let Some(python) = engine_python() else {
@@ -185,10 +231,24 @@ fn the_real_engine_plays_written_games_as_we_do() {
     let per_type: usize = std::env::var("T2PO_ALFWORLD_GAMES_PER_TYPE")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(4);
-    let games = pick_games(per_type);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+        .unwrap_or(2);
+    let mut games = pick_games(per_type);
+    let variants_from = games.len();
+    let variants: Vec<Game> = games
+        .iter()
+        .enumerate()
+        .map(|(i, g)| alfred_style(g, 500 + i as u64))
+        .collect();
+    games.extend(variants);
+    let tmp = tempfile::tempdir().unwrap();
+    // T2PO_ALFWORLD_KEEP=DIR keeps the games, the trajectories and the engine's answers there.
+    let dir_path = std::env::var_os("T2PO_ALFWORLD_KEEP")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tmp.path().to_path_buf());
+    let data = dir_path.join("data");
+    if data.exists() {
+        std::fs::remove_dir_all(&data).unwrap();
+    }
     // (game index, trajectory kind, actions)
     let mut trajectories: Vec<(usize, &str, Vec<String>)> = Vec::new();
     let mut files = Vec::new();
@@ -198,8 +258,11 @@ fn the_real_engine_plays_written_games_as_we_do() {
         files.push(game_dir.join("game.tw-pddl"));
         let expert = expert_walkthrough(g).expect("the expert solves generated games");
         trajectories.push((i, "expert", expert));
-        for k in 0..2 {
-            trajectories.push((i, "random", random_walk(g, 1000 + 7 * i as u64 + k)));
+        trajectories.push((i, "random", random_walk(g, 1000 + i as u64)));
+        // The tour looks at every location: it matters where objects sit elsewhere than in
+        // their receptacle's location (the ALFRED-style variants).
+        if i >= variants_from {
+            trajectories.push((i, "tour", tour(g)));
         }
     }
     let cases = serde_json::json!({
@@ -209,8 +272,8 @@ fn the_real_engine_plays_written_games_as_we_do() {
             "gamefile": files[*i], "actions": a
         })).collect::<Vec<_>>(),
     });
-    let cases_path = dir.path().join("cases.json");
-    let out_path = dir.path().join("engine.json");
+    let cases_path = dir_path.join("cases.json");
+    let out_path = dir_path.join("engine.json");
     std::fs::write(&cases_path, cases.to_string()).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/alfworld_engine.py");
     let status = Command::new(&python)
@@ -287,7 +350,7 @@ fn the_real_engine_plays_written_games_as_we_do() {
         }
     }
     println!(
-        "ALFWorld vs the real engine: {} games ({per_type} per task type), {loaded}/{} trajectories loaded",
+        "ALFWorld vs the real engine: {} games ({per_type} generated and {per_type} ALFRED-style per task type), {loaded}/{} trajectories loaded",
         games.len(),
         trajectories.len()
     );

@@ -656,4 +656,32 @@ mod tests {
         // Sorted: Cabinet|1, Cabinet|2, Cabinet|3 → numbers 3, 2, 1.
         assert_eq!(names, ["cabinet 3", "cabinet 1", "cabinet 2", "apple 1"]);
     }
+
+    #[test]
+    fn numbering_follows_the_engines_lowercased_mangled_ids() {
+        // `_minus_` sorts before `_plus_` (unmangled, `+` sorts before `-`): the minus id comes
+        // first and gets the highest number, as in the engine.
+        let ents: Vec<(String, String)> = ["Cabinet|+00.50|+01.00", "Cabinet|-00.50|+01.00"]
+            .iter()
+            .map(|id| (id.to_string(), "Cabinet".to_string()))
+            .collect();
+        assert_eq!(number_names(&ents), ["cabinet 1", "cabinet 2"]);
+        // A class name that prefixes another: `toilet_bar_…` before `toiletpaperhanger_bar_…`
+        // (unmangled, `ToiletPaperHanger|` sorts first); the same for pot/potato and
+        // pen/pencil. This is the order of the intro's receptacle list.
+        for (short, long) in [
+            ("Toilet|+01.00", "ToiletPaperHanger|+00.10"),
+            ("Pot|+01.00", "Potato|+00.10"),
+            ("Pen|+01.00", "Pencil|+00.10"),
+        ] {
+            assert!(short > long, "unmangled order is the other way");
+            assert!(engine_key(short) < engine_key(long), "{short} / {long}");
+        }
+        // Case does not count: Fast Downward lowercases the names.
+        assert!(engine_key("TVStand|1") > engine_key("Toilet|1"));
+        assert_eq!(
+            engine_key("Sink|-01.5|+02|SinkBasin"),
+            "sink_bar__minus_01_dot_5_bar__plus_02_bar_sinkbasin"
+        );
+    }
 }
