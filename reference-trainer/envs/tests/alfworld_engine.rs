@@ -1,14 +1,20 @@
 //! ALFWorld against the real engine (alfworld 0.4.2 + textworld 1.7.0 from PyPI): generated
-//! games are written with `write_game_dir`, found by verl-agent's `AlfredTWEnv` file filters,
-//! played by the environment `AlfredTWEnv.init_env` builds (`register_games`, AlfredDemangler +
-//! AlfredInfos, 50 steps) through `tests/alfworld_engine.py`, and compared step by step with
-//! this crate's environment: observation text, admissible list, won and done, for expert and
-//! random-walk trajectories, on the generated worlds and on the same games read back from the
-//! written files by `load_game_dir`.
+//! games, and ALFRED-style variants of them (affordance facts only on the task's classes,
+//! objects located at another receptacle's location or nowhere), are written with
+//! `write_game_dir` and checked against what `alfworld-generate` writes (`json.dump` of the
+//! game data, the wheel's `alfred.pddl`, `alfred.twl2` with a goal-library sentence); verl-agent's
+//! `AlfredTWEnv` must collect every one; each is played by the environment `AlfredTWEnv.init_env`
+//! builds (`register_games` with admissible commands and won, AlfredDemangler + AlfredInfos, 50
+//! steps) through `tests/alfworld_engine.py`, and compared step by step with this crate's
+//! environment — observation text, admissible list, won and done — for expert, random-walk and
+//! tour trajectories, both on the generated world and on the game read back from the written
+//! files by `load_game_dir`. Everything must agree; the expert must win in the engine.
 //!
 //! The engine is found through `T2PO_ALFWORLD_PYTHON` (a Python with `alfworld==0.4.2
 //! textworld==1.7.0`; `.ci/run` installs one into `~/.cache/t2po-alfworld-venv`). Without it
 //! the test says it did not run; with `T2PO_REQUIRE_ALFWORLD=1` a missing engine is a failure.
+//! `T2PO_ALFWORLD_GAMES_PER_TYPE` (default 2) sets the generated games per task type (as many
+//! variants again); `T2PO_ALFWORLD_KEEP=DIR` keeps the files and the engine's answers.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

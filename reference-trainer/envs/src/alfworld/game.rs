@@ -2,7 +2,8 @@
 //! table (spec §2.9), with train / valid_seen / valid_unseen splits (seen splits share floor
 //! plans, unseen ones use the held-out plans) and the valid_unseen task-type mix; and the loader
 //! for real game folders (`game.tw-pddl` + `traj_data.json`, spec §2.1) with a small
-//! s-expression parser, plus a writer of that format.
+//! s-expression parser, plus a writer of that format whose files the real engine loads and
+//! plays as this crate does (`tests/alfworld_engine.rs`).
 
 use super::vocab::{self, Room};
 use super::world::{

@@ -573,8 +573,11 @@ impl World {
                     "You are in the middle of a room. Looking quickly around you, you see nothing."
                         .to_string()
                 } else {
-                    // `[{r.name | …}]`: the grammar's list of names (no article); objects always sit
-                    // in a receptacle here, so "next to it" is empty.
+                    // `[{r.name | …}]`: the grammar's list of names (no article). "Next to it"
+                    // lists objects matching `not_inreceptacle(o, r)`, a predicate no state
+                    // holds, so it is always "nothing" — also for objects whose
+                    // `objectAtLocation` is here while their receptacle is elsewhere (checked
+                    // against the engine in tests/alfworld_engine.rs).
                     let names = match here.len() {
                         1 => here[0].to_string(),
                         n => format!("{}, and {}", here[..n - 1].join(", "), here[n - 1]),
