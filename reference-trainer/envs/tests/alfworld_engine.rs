@@ -202,7 +202,7 @@ fn pick_games(per_type: usize) -> Vec<Game> {
 /// games do not: affordance facts only on the task's classes (a distractor apple is neither
 /// heatable nor sliceable, a lamp that is not the toggle target is not toggleable), objects
 /// whose `objectAtLocation` is another receptacle's location (ALFRED places an object at its
-/// nearest navigable point), and objects with no location fact.
+/// nearest navigable point), objects with no location fact, and objects in no receptacle.
 fn alfred_style(game: &Game, seed: u64) -> Game {
     let mut g = game.clone();
     let mut rng = Rng::new(seed);
@@ -218,9 +218,14 @@ fn alfred_style(game: &Game, seed: u64) -> Game {
             o.sliceable = false;
             o.toggleable = false;
         }
-        match rng.below(4) {
-            0 => o.at = Some(locations[rng.below(locations.len())]),
-            1 if !target => o.at = None,
+        match rng.below(8) {
+            0 | 1 => o.at = Some(locations[rng.below(locations.len())]),
+            2 if !target => o.at = None,
+            // On the floor: in no receptacle, but an entity that takes a number.
+            3 if !target => {
+                o.inside = None;
+                o.at = Some(locations[rng.below(locations.len())]);
+            }
             _ => {}
         }
     }

@@ -604,6 +604,7 @@ fn world_from_facts(
     let mut can_contain: BTreeSet<(String, String)> = BTreeSet::new();
     let mut flags: HashMap<&str, Vec<String>> = HashMap::new();
     let mut agent_loc = String::new();
+    let mut held_id: Option<String> = None;
     for fact in init {
         let Some(items) = fact.list() else { continue };
         let words: Vec<&str> = items.iter().filter_map(Sexp::atom).collect();
@@ -630,6 +631,7 @@ fn world_from_facts(
                 ));
             }
             ["atLocation", "agent1", l] => agent_loc = l.to_string(),
+            ["holds", "agent1", o] => held_id = Some(o.to_string()),
             [flag @ ("openable" | "opened" | "pickupable" | "isReceptacleObject" | "isOn"
             | "isToggled" | "isHot" | "isCool" | "isClean" | "isSliced" | "heatable"
             | "coolable" | "cleanable" | "sliceable" | "toggleable"), x] => {
@@ -701,12 +703,15 @@ fn world_from_facts(
         obj.cleanable = has("cleanable", o);
         obj.sliceable = has("sliceable", o);
         obj.toggleable = has("toggleable", o);
-        // Objects outside every receptacle (a floor lamp on the floor) cannot be reached here.
-        if obj.inside.is_some() {
-            objects.push(obj);
-        }
+        // An object outside every receptacle (a floor lamp on the floor) cannot be taken,
+        // used or put, but it is an entity of the engine and takes a number of its class.
+        objects.push(obj);
     }
     let (receptacles, objects) = finalize(receptacles, objects);
+    let held = held_id.and_then(|h| {
+        let id = unmangle(&h);
+        objects.iter().position(|o| o.id == id)
+    });
     let agent = 0;
     let all_classes: Vec<&String> = rtype.values().chain(otype.values()).collect();
     let camel = |lower: &str| -> String {
@@ -723,7 +728,7 @@ fn world_from_facts(
         objects,
         agent,
         start_location: agent,
-        held: None,
+        held,
         put_grammar: if grammar.contains("in/on") && !grammar.contains("You move the") {
             PutGrammar::PutInOn
         } else {
