@@ -1139,3 +1139,72 @@ pub fn write_game_dir(game: &Game, dir: &Path, logic: &GameLogic) -> Result<()> 
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Expected strings are Python 3.11's `json.dumps(s)` (the `json.dump` of
+    /// `alfworld-generate`, `ensure_ascii=True`).
+    #[test]
+    fn strings_are_written_as_python_json_dump_writes_them() {
+        for (s, python) in [
+            ("a\"b\\c\nd\te\r", r#""a\"b\\c\nd\te\r""#),
+            (
+                "caf\u{e9} \u{2014} \u{1F600}",
+                r#""caf\u00e9 \u2014 \ud83d\ude00""#,
+            ),
+            ("\u{0}\u{1f}\u{7f}\u{8}\u{c}", r#""\u0000\u001f\u007f\b\f""#),
+            ("/<>&'", r#""/<>&'""#),
+        ] {
+            assert_eq!(python_json_string(s), python, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn basins_are_named_after_their_sink() {
+        let mut rng = Rng::new(1);
+        let id = entity_id("SinkBasin", &mut rng);
+        assert!(
+            id.starts_with("Sink|") && id.ends_with("|SinkBasin"),
+            "{id}"
+        );
+        let id = entity_id("BathtubBasin", &mut rng);
+        assert!(
+            id.starts_with("Bathtub|") && id.ends_with("|BathtubBasin"),
+            "{id}"
+        );
+        assert_eq!(entity_id("Cabinet", &mut rng).split('|').count(), 4);
+    }
+
+    #[test]
+    fn game_logic_needs_the_goal_placeholder() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = GameLogic::from_dir(dir.path()).unwrap_err();
+        assert!(format!("{err:#}").contains("alfred.pddl"), "{err:#}");
+        std::fs::write(dir.path().join("alfred.pddl"), "(define (domain alfred))").unwrap();
+        std::fs::write(dir.path().join("alfred.twl2"), "no placeholder").unwrap();
+        let err = GameLogic::from_dir(dir.path()).unwrap_err();
+        assert!(format!("{err:#}").contains("UNKNOWN GOAL"), "{err:#}");
+    }
+
+    #[test]
+    fn unsolvable_games_are_written_as_alfworld_generate_writes_them() {
+        let game = generate(5, Split::ValidSeen);
+        let logic = GameLogic {
+            pddl_domain: "D".into(),
+            grammar: "Your task is to: UNKNOWN GOAL.".into(),
+        };
+        let text = game_file_text(&game, &logic, None);
+        assert!(text.starts_with(&format!(
+            "{{\"pddl_domain\": \"D\", \"grammar\": \"Your task is to: {}.\", \"pddl_problem\": \"\\n(define (problem plan_",
+            game.world.task.goal
+        )));
+        assert!(text.ends_with("\"solvable\": false, \"walkthrough\": null}"));
+        let walk = vec!["go to fridge 1".to_string(), "look".to_string()];
+        let text = game_file_text(&game, &logic, Some(&walk));
+        assert!(
+            text.ends_with("\"solvable\": true, \"walkthrough\": [\"go to fridge 1\", \"look\"]}")
+        );
+    }
+}

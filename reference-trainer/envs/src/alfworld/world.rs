@@ -660,6 +660,100 @@ mod tests {
         assert_eq!(names, ["cabinet 3", "cabinet 1", "cabinet 2", "apple 1"]);
     }
 
+    fn object(class: &str, name: &str, inside: Option<usize>, at: Option<usize>) -> Object {
+        Object {
+            id: format!("{class}|1"),
+            class: class.into(),
+            name: name.into(),
+            inside,
+            pickupable: true,
+            receptacle_object: false,
+            hot: false,
+            cool: false,
+            clean: false,
+            sliced: false,
+            toggled: false,
+            on: false,
+            heatable: false,
+            coolable: false,
+            cleanable: class == "SoapBar",
+            sliceable: class == "Apple",
+            toggleable: false,
+            at,
+        }
+    }
+
+    /// The engine's rules that differ from a reading of the action names: `clean` only with a
+    /// sink basin, `examine` only the held object, `slice` wherever the object is located.
+    #[test]
+    fn clean_examine_and_slice_follow_the_engine() {
+        let rec = |class: &str, name: &str, location: usize, openable: bool| Receptacle {
+            id: format!("{class}|1"),
+            class: class.into(),
+            name: name.into(),
+            location,
+            openable,
+            opened: false,
+        };
+        let mut w = World {
+            receptacles: vec![
+                rec("BathtubBasin", "bathtubbasin 1", 1, false),
+                rec("SinkBasin", "sinkbasin 1", 1, false),
+                rec("Fridge", "fridge 1", 2, true),
+            ],
+            objects: vec![
+                object("SoapBar", "soapbar 1", None, None),
+                object("Cloth", "cloth 1", Some(1), Some(1)),
+                object("Apple", "apple 1", Some(2), Some(2)),
+                object("Knife", "knife 1", Some(1), Some(1)),
+            ],
+            agent: 1,
+            start_location: 0,
+            held: Some(0),
+            put_grammar: PutGrammar::Move,
+            has_help: true,
+            arrive_at_loc: false,
+            task: Task {
+                kind: TaskType::Clean,
+                object: "SoapBar".into(),
+                receptacle: "Cabinet".into(),
+                toggle: String::new(),
+                goal: "put a clean soapbar in cabinet".into(),
+            },
+            can_contain: None,
+        };
+        let adm = w.admissible();
+        assert!(adm.contains(&"clean soapbar 1 with sinkbasin 1".to_string()));
+        assert!(
+            !adm.iter().any(|a| a.contains("with bathtubbasin")),
+            "{adm:?}"
+        );
+        assert!(adm.contains(&"examine soapbar 1".to_string()));
+        assert!(!adm.contains(&"examine cloth 1".to_string()), "{adm:?}");
+        assert_eq!(w.execute("examine cloth 1"), "Nothing happens.");
+        // Holding the knife at the closed fridge: the apple cannot be taken but can be sliced.
+        w.objects[0].inside = Some(1);
+        w.objects[0].at = Some(1);
+        w.held = Some(3);
+        w.objects[3].inside = None;
+        w.objects[3].at = None;
+        w.agent = 2;
+        let adm = w.admissible();
+        assert!(
+            adm.contains(&"slice apple 1 with knife 1".to_string()),
+            "{adm:?}"
+        );
+        assert!(!adm.iter().any(|a| a.starts_with("take ")), "{adm:?}");
+        assert_eq!(
+            w.execute("slice apple 1 with knife 1"),
+            "You sliced the apple 1 with the knife 1."
+        );
+        assert_eq!(
+            w.execute("help").lines().next(),
+            Some("Available commands:")
+        );
+    }
+
     #[test]
     fn numbering_follows_the_engines_lowercased_mangled_ids() {
         // `_minus_` sorts before `_plus_` (unmangled, `+` sorts before `-`): the minus id comes
