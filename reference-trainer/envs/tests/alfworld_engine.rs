@@ -104,14 +104,23 @@ fn ours(game: &Game, actions: &[String]) -> Vec<Seen> {
     seen
 }
 
-/// A random walk of 50 steps over our admissible lists (seeded).
+/// A random walk of 50 steps over our admissible lists (seeded), with a command outside the
+/// list now and then (`examine` of any object, a mistyped receptacle, padding spaces), which
+/// both sides must answer with "Nothing happens." or, trimmed, act on.
 fn random_walk(game: &Game, seed: u64) -> Vec<String> {
     let mut env = AlfworldEnv::new(vec![game.clone()]).unwrap();
     let mut rng = Rng::new(seed);
     let mut adm = env.reset(0).admissible;
     let mut actions = Vec::new();
+    let objects: Vec<String> = game.world.objects.iter().map(|o| o.name.clone()).collect();
     for _ in 0..50 {
-        let a = adm[rng.below(adm.len())].clone();
+        let pick = adm[rng.below(adm.len())].clone();
+        let a = match rng.below(10) {
+            0 => format!("examine {}", objects[rng.below(objects.len())]),
+            1 => format!("{pick} 9"),
+            2 => format!("  {pick} "),
+            _ => pick,
+        };
         actions.push(a.clone());
         let t = env.step(&Projected {
             action: a,
