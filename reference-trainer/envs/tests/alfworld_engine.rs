@@ -150,6 +150,46 @@ fn tour(game: &Game) -> Vec<String> {
     actions
 }
 
+/// A knife tour: take a knife, then visit every receptacle and slice what can be sliced there
+/// (objects located there, inside closed receptacles too); `None` without a knife.
+fn knife_tour(game: &Game) -> Option<Vec<String>> {
+    let w = &game.world;
+    let knife = w
+        .objects
+        .iter()
+        .find(|o| (o.class == "Knife" || o.class == "ButterKnife") && o.inside.is_some())?;
+    let holder = &w.receptacles[knife.inside?];
+    let mut actions = vec![format!("go to {}", holder.name)];
+    if holder.openable {
+        actions.push(format!("open {}", holder.name));
+    }
+    actions.push(format!("take {} from {}", knife.name, holder.name));
+    let mut env = AlfworldEnv::new(vec![game.clone()]).unwrap();
+    env.reset(0);
+    let step = |env: &mut AlfworldEnv, a: &str| {
+        env.step(&Projected {
+            action: a.to_string(),
+            valid: true,
+        })
+        .observation
+        .admissible
+    };
+    for a in &actions {
+        step(&mut env, a);
+    }
+    for r in &w.receptacles {
+        let go = format!("go to {}", r.name);
+        let adm = step(&mut env, &go);
+        actions.push(go);
+        if let Some(slice) = adm.iter().find(|a| a.starts_with("slice ")) {
+            step(&mut env, slice);
+            actions.push(slice.clone());
+        }
+    }
+    actions.truncate(49);
+    Some(actions)
+}
+
 #[derive(Default)]
 struct Tally {
     steps: usize,
@@ -283,6 +323,9 @@ fn the_real_engine_plays_written_games_as_we_do() {
         // their receptacle's location (the ALFRED-style variants).
         if i >= variants_from {
             trajectories.push((i, "tour", tour(g)));
+            if let Some(k) = knife_tour(g) {
+                trajectories.push((i, "knife", k));
+            }
         }
     }
     let cases = serde_json::json!({
