@@ -2,14 +2,17 @@
 //! table (spec §2.9), with train / valid_seen / valid_unseen splits (seen splits share floor
 //! plans, unseen ones use the held-out plans) and the valid_unseen task-type mix; and the loader
 //! for real game folders (`game.tw-pddl` + `traj_data.json`, spec §2.1) with a small
-//! s-expression parser, plus a writer of that format.
+//! s-expression parser, plus a writer of that format whose files the real engine loads and
+//! plays as this crate does (`tests/alfworld_engine.rs`).
 
 use super::vocab::{self, Room};
-use super::world::{number_names, Object, PutGrammar, Receptacle, Task, TaskType, World};
+use super::world::{
+    engine_key, number_names, Object, PutGrammar, Receptacle, Task, TaskType, World,
+};
 use crate::rng::Rng;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 /// A dataset split.
@@ -110,11 +113,19 @@ fn coord(rng: &mut Rng) -> String {
     format!("{}{:05.2}", if v < 0.0 { '-' } else { '+' }, v.abs())
 }
 
+/// An ALFRED object id, `Class|x|y|z`; basins are named after their sink or bathtub as ALFRED
+/// does (`Sink|x|y|z|SinkBasin`), which the Demangler turns into `sinkbasin`.
 fn entity_id(class: &str, rng: &mut Rng) -> String {
-    format!("{class}|{}|{}|{}", coord(rng), coord(rng), coord(rng))
+    let (x, y, z) = (coord(rng), coord(rng), coord(rng));
+    match class.strip_suffix("Basin") {
+        Some(base) => format!("{base}|{x}|{y}|{z}|{class}"),
+        None => format!("{class}|{x}|{y}|{z}"),
+    }
 }
 
-fn new_object(id: String, class: &str, inside: Option<usize>) -> Object {
+/// An object of `class` in receptacle `inside` at location `at`, with its class's affordances
+/// (the facts the generator writes for every object).
+fn new_object(id: String, class: &str, inside: Option<usize>, at: Option<usize>) -> Object {
     Object {
         id,
         class: class.to_string(),
@@ -128,18 +139,24 @@ fn new_object(id: String, class: &str, inside: Option<usize>) -> Object {
         sliced: false,
         toggled: false,
         on: false,
+        heatable: vocab::HEATABLE.contains(&class),
+        coolable: vocab::COOLABLE.contains(&class),
+        cleanable: vocab::CLEANABLE.contains(&class),
+        sliceable: vocab::SLICEABLE.contains(&class),
+        toggleable: vocab::TOGGLEABLE.contains(&class),
+        at,
     }
 }
 
-/// Sorts entities by id and assigns `class N` names (numbering over receptacles and objects
-/// together, per class).
+/// Sorts entities in the engine's id order ([`engine_key`]) and assigns `class N` names
+/// (numbering over receptacles and objects together, per class).
 fn finalize(
     receptacles: Vec<Receptacle>,
     mut objects: Vec<Object>,
 ) -> (Vec<Receptacle>, Vec<Object>) {
     // Sort receptacles by id, remapping the objects' container indices.
     let mut order: Vec<usize> = (0..receptacles.len()).collect();
-    order.sort_by(|&a, &b| receptacles[a].id.cmp(&receptacles[b].id));
+    order.sort_by_cached_key(|&i| engine_key(&receptacles[i].id));
     let mut new_index = vec![0; receptacles.len()];
     for (new, &old) in order.iter().enumerate() {
         new_index[old] = new;
@@ -148,7 +165,7 @@ fn finalize(
     for o in objects.iter_mut() {
         o.inside = o.inside.map(|r| new_index[r]);
     }
-    objects.sort_by(|a, b| a.id.cmp(&b.id));
+    objects.sort_by_cached_key(|o| engine_key(&o.id));
     let ents: Vec<(String, String)> = sorted
         .iter()
         .map(|r| (r.id.clone(), r.class.clone()))
@@ -287,7 +304,8 @@ fn try_generate(rng: &mut Rng, kind: TaskType, split: Split) -> Option<Game> {
     };
     for _ in 0..n_targets {
         let r = starts[rng.below(starts.len())];
-        objects.push(new_object(entity_id(obj, rng), obj, Some(r)));
+        let at = Some(receptacles[r].location);
+        objects.push(new_object(entity_id(obj, rng), obj, Some(r), at));
     }
     if kind == TaskType::LookAtInLight {
         let lamp_spots: Vec<usize> = (0..receptacles.len())
@@ -300,7 +318,8 @@ fn try_generate(rng: &mut Rng, kind: TaskType, split: Split) -> Option<Game> {
             return None;
         }
         let r = lamp_spots[rng.below(lamp_spots.len())];
-        objects.push(new_object(entity_id(&toggle, rng), &toggle, Some(r)));
+        let at = Some(receptacles[r].location);
+        objects.push(new_object(entity_id(&toggle, rng), &toggle, Some(r), at));
     }
     // Distractors: other small objects of the room, where they can be.
     let n_distractors = 6 + rng.below(9);
@@ -315,7 +334,8 @@ fn try_generate(rng: &mut Rng, kind: TaskType, split: Split) -> Option<Game> {
             continue;
         }
         let r = hs[rng.below(hs.len())];
-        objects.push(new_object(entity_id(class, rng), class, Some(r)));
+        let at = Some(receptacles[r].location);
+        objects.push(new_object(entity_id(class, rng), class, Some(r), at));
     }
     let goal = goal_sentence(kind, obj, &recep, &toggle, rng.below(2) == 1);
     let (receptacles, objects) = finalize(receptacles, objects);
@@ -348,6 +368,7 @@ fn try_generate(rng: &mut Rng, kind: TaskType, split: Split) -> Option<Game> {
                 toggle,
                 goal,
             },
+            can_contain: None,
         },
         name,
         floor_plan,
@@ -579,8 +600,11 @@ fn world_from_facts(
     let mut otype: BTreeMap<String, String> = BTreeMap::new();
     let mut r_loc: HashMap<String, String> = HashMap::new();
     let mut inside: HashMap<String, String> = HashMap::new();
+    let mut o_loc: HashMap<String, String> = HashMap::new();
+    let mut can_contain: BTreeSet<(String, String)> = BTreeSet::new();
     let mut flags: HashMap<&str, Vec<String>> = HashMap::new();
     let mut agent_loc = String::new();
+    let mut held_id: Option<String> = None;
     for fact in init {
         let Some(items) = fact.list() else { continue };
         let words: Vec<&str> = items.iter().filter_map(Sexp::atom).collect();
@@ -597,9 +621,20 @@ fn world_from_facts(
             ["inReceptacle", o, r] => {
                 inside.insert(o.to_string(), r.to_string());
             }
+            ["objectAtLocation", o, l] => {
+                o_loc.insert(o.to_string(), l.to_string());
+            }
+            ["canContain", r, o] => {
+                can_contain.insert((
+                    r.trim_end_matches("Type").to_string(),
+                    o.trim_end_matches("Type").to_string(),
+                ));
+            }
             ["atLocation", "agent1", l] => agent_loc = l.to_string(),
+            ["holds", "agent1", o] => held_id = Some(o.to_string()),
             [flag @ ("openable" | "opened" | "pickupable" | "isReceptacleObject" | "isOn"
-            | "isToggled" | "isHot" | "isCool" | "isClean" | "isSliced"), x] => {
+            | "isToggled" | "isHot" | "isCool" | "isClean" | "isSliced" | "heatable"
+            | "coolable" | "cleanable" | "sliceable" | "toggleable"), x] => {
                 let key: &str = flag;
                 flags.entry(key).or_default().push(x.to_string());
             }
@@ -645,10 +680,15 @@ fn world_from_facts(
             container = inside.get(c);
             hops += 1;
         }
+        let at = o_loc.get(o).map(|l| {
+            let next = locations.len();
+            *locations.entry(l.as_str()).or_insert(next)
+        });
         let mut obj = new_object(
             unmangle(o),
             class,
             container.and_then(|c| rec_index.get(c.as_str()).copied()),
+            at,
         );
         obj.pickupable = has("pickupable", o);
         obj.receptacle_object = has("isReceptacleObject", o);
@@ -658,12 +698,20 @@ fn world_from_facts(
         obj.cool = has("isCool", o);
         obj.clean = has("isClean", o);
         obj.sliced = has("isSliced", o);
-        // Objects outside every receptacle (a floor lamp on the floor) cannot be reached here.
-        if obj.inside.is_some() {
-            objects.push(obj);
-        }
+        obj.heatable = has("heatable", o);
+        obj.coolable = has("coolable", o);
+        obj.cleanable = has("cleanable", o);
+        obj.sliceable = has("sliceable", o);
+        obj.toggleable = has("toggleable", o);
+        // An object outside every receptacle (a floor lamp on the floor) cannot be taken,
+        // used or put, but it is an entity of the engine and takes a number of its class.
+        objects.push(obj);
     }
     let (receptacles, objects) = finalize(receptacles, objects);
+    let held = held_id.and_then(|h| {
+        let id = unmangle(&h);
+        objects.iter().position(|o| o.id == id)
+    });
     let agent = 0;
     let all_classes: Vec<&String> = rtype.values().chain(otype.values()).collect();
     let camel = |lower: &str| -> String {
@@ -680,7 +728,7 @@ fn world_from_facts(
         objects,
         agent,
         start_location: agent,
-        held: None,
+        held,
         put_grammar: if grammar.contains("in/on") && !grammar.contains("You move the") {
             PutGrammar::PutInOn
         } else {
@@ -695,6 +743,7 @@ fn world_from_facts(
             toggle: toggle_c,
             goal,
         },
+        can_contain: Some(std::sync::Arc::new(can_contain)),
     })
 }
 
@@ -707,72 +756,371 @@ fn grammar_goal(grammar: &str) -> Option<String> {
     (!goal.is_empty()).then(|| goal.to_string())
 }
 
-/// Writes a game in the real format: `game.tw-pddl` (a pddl_problem with mangled ids and the
-/// goal sentence in the grammar) and `traj_data.json` (task_type, pddl_params, scene).
-pub fn write_game_dir(game: &Game, dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    let w = &game.world;
-    let loc = |l: usize| {
-        if l == w.start_location {
-            "loc_start".to_string()
-        } else {
-            format!("loc_bar_{l}")
+/// The game logic every `game.tw-pddl` embeds: the PDDL domain and the TWL2 grammar of the
+/// alfworld release (`alfworld/data/alfred.pddl` and `alfworld/data/alfred.twl2` in the
+/// `alfworld` wheel, or `$ALFWORLD_DATA/logic/`). The texts are the user's copy, read from
+/// disk, so the files written carry exactly the logic of the engine that plays them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GameLogic {
+    /// `alfred.pddl`, verbatim.
+    pub pddl_domain: String,
+    /// `alfred.twl2`, verbatim (its task rule says `UNKNOWN GOAL`).
+    pub grammar: String,
+}
+
+impl GameLogic {
+    /// Reads `alfred.pddl` and `alfred.twl2` from `dir`.
+    pub fn from_dir(dir: &Path) -> Result<Self> {
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))
+        };
+        let logic = Self {
+            pddl_domain: read("alfred.pddl")?,
+            grammar: read("alfred.twl2")?,
+        };
+        if !logic.grammar.contains("UNKNOWN GOAL") {
+            bail!(
+                "{}: no `UNKNOWN GOAL` placeholder for the task sentence",
+                dir.join("alfred.twl2").display()
+            );
         }
-    };
-    let mut objects = Vec::new();
-    let mut init = vec!["(atLocation agent1 loc_start)".to_string()];
-    for r in &w.receptacles {
-        let id = mangle(&r.id);
-        objects.push(format!("{id} - receptacle"));
-        init.push(format!("(receptacleType {id} {}Type)", r.class));
-        init.push(format!("(receptacleAtLocation {id} {})", loc(r.location)));
-        if r.openable {
-            init.push(format!("(openable {id})"));
-        }
-        if r.opened {
-            init.push(format!("(opened {id})"));
+        Ok(logic)
+    }
+}
+
+/// `s` as Python's `json.dump` writes a string (`ensure_ascii=True`: non-ASCII as `\uXXXX`,
+/// astral characters as surrogate pairs).
+fn python_json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
         }
     }
-    for o in &w.objects {
-        let id = mangle(&o.id);
-        objects.push(format!("{id} - object"));
-        init.push(format!("(objectType {id} {}Type)", o.class));
-        if let Some(r) = o.inside {
-            init.push(format!(
-                "(inReceptacle {id} {})",
-                mangle(&w.receptacles[r].id)
-            ));
-            init.push(format!(
-                "(objectAtLocation {id} {})",
-                loc(w.receptacles[r].location)
-            ));
+    out.push('"');
+    out
+}
+
+/// The goal of a task type, as `alfworld/gen/goal_library.py` writes it into the problem (with
+/// ALFRED's `#` → `-` typing fix), closing the `(define …)`.
+fn goal_pddl(task: &Task) -> String {
+    let (obj, recep, toggle) = (&task.object, &task.receptacle, &task.toggle);
+    let property = |affordance: &str, state: &str| {
+        format!(
+            "
+        (:goal
+            (and
+                (exists (?r - receptacle)
+                    (exists (?o - object)
+                        (and
+                            ({affordance} ?o)
+                            (objectType ?o {obj}Type)
+                            (receptacleType ?r {recep}Type)
+                            ({state} ?o)
+                            (inReceptacle ?o ?r)
+                        )
+                    )
+                )
+            )
+        )
+    )
+    "
+        )
+    };
+    match task.kind {
+        TaskType::PickAndPlace => format!(
+            "
+        (:goal
+            (and
+                (exists (?r - receptacle)
+                    (exists (?o - object)
+                        (and
+                            (inReceptacle ?o ?r)
+                            (objectType ?o {obj}Type)
+                            (receptacleType ?r {recep}Type)
+                        )
+                    )
+                )
+            )
+        )
+    )
+    "
+        ),
+        TaskType::Clean => property("cleanable", "isClean"),
+        TaskType::Heat => property("heatable", "isHot"),
+        TaskType::Cool => property("coolable", "isCool"),
+        TaskType::PickTwo => format!(
+            "
+                (:goal
+                    (and
+                        (exists (?r - receptacle)
+                            (exists (?o1 - object)
+                                (and
+                                    (objectType ?o1 {obj}Type)
+                                    (receptacleType ?r {recep}Type)
+                                    (inReceptacle ?o1 ?r)
+                                    (exists (?o2 - object)
+                                        (and
+                                            (not (= ?o1 ?o2))
+                                            (objectType ?o2 {obj}Type)
+                                            (receptacleType ?r {recep}Type)
+                                            (inReceptacle ?o2 ?r)
+                                        )
+                                    )
+                                )
+                            )
+                        )
+                    )
+                )
+            )
+            "
+        ),
+        TaskType::LookAtInLight => format!(
+            "
+        (:goal
+             (and
+                 (exists (?ot - object
+                          ?r - receptacle
+                          ?a - agent
+                          ?l - location)
+                     (and
+                         (objectType ?ot {toggle}Type)
+                         (toggleable ?ot)
+                         (isToggled ?ot)
+                         (receptacleAtLocation ?r ?l)
+                         (atLocation ?a ?l)
+                         (inReceptacle ?ot ?r)
+                     )
+                 )
+                 (exists (?o - object
+                          ?a - agent)
+                     (and
+                         (objectType ?o {obj}Type)
+                         (holds ?a ?o)
+                     )
+                 )
+             )
+        )
+    )
+    "
+        ),
+    }
+}
+
+/// Every object class the generator knows (for the problem's `…Type - otype` constants).
+fn object_classes() -> BTreeSet<&'static str> {
+    let mut all: BTreeSet<&'static str> = BTreeSet::new();
+    for room in [
+        Room::Kitchen,
+        Room::LivingRoom,
+        Room::Bedroom,
+        Room::Bathroom,
+    ] {
+        all.extend(vocab::room_objects(room).iter().copied());
+    }
+    all.extend(vocab::TOGGLEABLE);
+    all.extend(vocab::RECEPTACLE_OBJECTS);
+    all.extend(["Knife", "ButterKnife"]);
+    all
+}
+
+/// The ALFRED problem (`initial_state.pddl`) of a world: ALFRED's layout (objects, `…Type`
+/// constants, the `:init` facts in the order its writer emits them, the goal-library goal),
+/// with mangled ids and `loc|x|z|rotation|horizon` locations, plus the `pickupable` and
+/// `canContain` facts the alfworld domain's actions need.
+pub fn problem_pddl(w: &World, problem_id: &str) -> String {
+    let loc = |l: usize| mangle(&format!("loc|{l}|0|0|30"));
+    let objects: Vec<String> = w.objects.iter().map(|o| mangle(&o.id)).collect();
+    let receptacles: Vec<String> = w.receptacles.iter().map(|r| mangle(&r.id)).collect();
+    let mut locations: Vec<usize> = w.receptacles.iter().map(|r| r.location).collect();
+    locations.extend(w.objects.iter().filter_map(|o| o.at));
+    locations.sort_unstable();
+    locations.dedup();
+    locations.retain(|&l| l != w.agent);
+    let nl = "\n        ";
+    let mut objs = vec!["agent1 - agent".to_string()];
+    objs.extend(object_classes().iter().map(|c| format!("{c}Type - otype")));
+    objs.extend(
+        vocab::RECEPTACLE_CLASSES
+            .iter()
+            .map(|c| format!("{c}Type - rtype")),
+    );
+    let mut middle: Vec<String> = objects.iter().map(|o| format!("{o} - object")).collect();
+    middle.extend(receptacles.iter().map(|r| format!("{r} - receptacle")));
+    middle.extend(locations.iter().map(|&l| format!("{} - location", loc(l))));
+    middle.push(format!("{} - location", loc(w.agent)));
+    let mut init: Vec<String> = Vec::new();
+    for (r, rec) in w.receptacles.iter().enumerate() {
+        init.push(format!(
+            "(receptacleType {} {}Type)",
+            receptacles[r], rec.class
+        ));
+    }
+    for (o, obj) in w.objects.iter().enumerate() {
+        init.push(format!("(objectType {} {}Type)", objects[o], obj.class));
+    }
+    let flag = |init: &mut Vec<String>, name: &str, on: &dyn Fn(&Object) -> bool| {
+        for (o, obj) in w.objects.iter().enumerate() {
+            if on(obj) {
+                init.push(format!("({name} {})", objects[o]));
+            }
         }
-        for (flag, on) in [
-            ("pickupable", o.pickupable),
-            ("isReceptacleObject", o.receptacle_object),
-            ("isOn", o.on),
-            ("isHot", o.hot),
-            ("isCool", o.cool),
-            ("isClean", o.clean),
-        ] {
-            if on {
-                init.push(format!("({flag} {id})"));
+    };
+    flag(&mut init, "isReceptacleObject", &|o| o.receptacle_object);
+    for (r, rec) in w.receptacles.iter().enumerate() {
+        if rec.openable {
+            init.push(format!("(openable {})", receptacles[r]));
+        }
+    }
+    init.push(format!("(atLocation agent1 {})", loc(w.agent)));
+    for (r, rec) in w.receptacles.iter().enumerate() {
+        if rec.opened {
+            init.push(format!("(opened {})", receptacles[r]));
+        }
+    }
+    flag(&mut init, "cleanable", &|o| o.cleanable);
+    flag(&mut init, "isClean", &|o| o.clean);
+    flag(&mut init, "heatable", &|o| o.heatable);
+    flag(&mut init, "coolable", &|o| o.coolable);
+    flag(&mut init, "isHot", &|o| o.hot);
+    flag(&mut init, "isCool", &|o| o.cool);
+    flag(&mut init, "toggleable", &|o| o.toggleable);
+    flag(&mut init, "isOn", &|o| o.on);
+    flag(&mut init, "isToggled", &|o| o.toggled);
+    flag(&mut init, "sliceable", &|o| o.sliceable);
+    flag(&mut init, "isSliced", &|o| o.sliced);
+    for (o, obj) in w.objects.iter().enumerate() {
+        if let Some(r) = obj.inside {
+            init.push(format!("(inReceptacle {} {})", objects[o], receptacles[r]));
+        }
+    }
+    let mut at: Vec<String> = w
+        .receptacles
+        .iter()
+        .enumerate()
+        .map(|(r, rec)| {
+            format!(
+                "(receptacleAtLocation {} {})",
+                receptacles[r],
+                loc(rec.location)
+            )
+        })
+        .collect();
+    at.sort();
+    init.extend(at);
+    for (o, obj) in w.objects.iter().enumerate() {
+        if let Some(l) = obj.at {
+            init.push(format!("(objectAtLocation {} {})", objects[o], loc(l)));
+        }
+    }
+    if let Some(h) = w.held {
+        init.push("(holdsAny agent1)".to_string());
+        init.push(format!("(holds agent1 {})", objects[h]));
+    }
+    flag(&mut init, "pickupable", &|o| o.pickupable);
+    let rclasses: BTreeSet<&str> = w.receptacles.iter().map(|r| r.class.as_str()).collect();
+    let oclasses: BTreeSet<&str> = w.objects.iter().map(|o| o.class.as_str()).collect();
+    for r in &rclasses {
+        for o in &oclasses {
+            let holds = match &w.can_contain {
+                Some(set) => set.contains(&(r.to_string(), o.to_string())),
+                None => vocab::contains(r, o),
+            };
+            if holds {
+                init.push(format!("(canContain {r}Type {o}Type)"));
             }
         }
     }
-    let problem = format!(
-        "(define (problem plan_trial)\n  (:domain alfred)\n  (:objects\n    agent1 - agent\n    {}\n  )\n  (:init\n    {}\n  )\n  (:goal (and))\n)\n",
-        objects.join("\n    "),
-        init.join("\n    ")
-    );
-    let grammar = format!(
-        "{{\"intro\": \"-= Welcome to TextWorld, ALFRED! =-\\n\\n#look.feedback#\\n\\nYour task is to: {}.\", \"put\": \"{}\", \"help\": \"Available commands\"}}",
-        w.task.goal,
-        if w.put_grammar == PutGrammar::Move { "You move the {o} to the {r}." } else { "You put the {o} in/on the {r}." }
-    );
-    let tw =
-        json!({"pddl_domain": "", "grammar": grammar, "pddl_problem": problem, "solvable": true});
-    std::fs::write(dir.join("game.tw-pddl"), serde_json::to_string_pretty(&tw)?)?;
+    format!(
+        "\n(define (problem plan_{problem_id})\n    (:domain alfred)\n    (:objects\n        {}\n        \n        {}\n        )\n    \n\n    (:init\n        {}\n        )\n    \n{}",
+        objs.join(nl),
+        middle.join(nl),
+        init.join(nl),
+        goal_pddl(&w.task)
+    )
+}
+
+/// Writes `contents` to `path` through a temporary file in the same folder and a rename, so a
+/// reader never sees half a file.
+fn write_atomic(path: &Path, contents: &str) -> Result<()> {
+    let name = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().to_string());
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    std::fs::write(&tmp, contents).with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))?;
+    Ok(())
+}
+
+/// The `game.tw-pddl` text of a game, byte for byte as `alfworld-generate` writes it
+/// (`json.dump` of `pddl_domain`, `grammar` with the task sentence in place of `UNKNOWN GOAL`,
+/// `pddl_problem`, `solvable`, `walkthrough`). `walkthrough` is the expert's solution (`None`:
+/// unsolvable, written as `"solvable": false, "walkthrough": null`).
+pub fn game_file_text(game: &Game, logic: &GameLogic, walkthrough: Option<&[String]>) -> String {
+    let w = &game.world;
+    let grammar = logic.grammar.replace("UNKNOWN GOAL", &w.task.goal);
+    let problem = problem_pddl(w, &game.name.replace(['/', ' '], "_"));
+    let walk = match walkthrough {
+        Some(cmds) => format!(
+            "[{}]",
+            cmds.iter()
+                .map(|c| python_json_string(c))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => "null".to_string(),
+    };
+    format!(
+        "{{\"pddl_domain\": {}, \"grammar\": {}, \"pddl_problem\": {}, \"solvable\": {}, \"walkthrough\": {walk}}}",
+        python_json_string(&logic.pddl_domain),
+        python_json_string(&grammar),
+        python_json_string(&problem),
+        if walkthrough.is_some() { "true" } else { "false" },
+    )
+}
+
+/// The expert's commands for a game (200 steps at most, as `alfworld-generate`'s expert), or
+/// `None` when it does not win.
+pub fn expert_walkthrough(game: &Game) -> Option<Vec<String>> {
+    let mut env = super::AlfworldEnv::new(vec![game.clone()]).ok()?;
+    env.max_steps = 200;
+    let episode = crate::run_expert_episode(&mut env, 0, 0, None);
+    episode.won.then(|| {
+        episode
+            .steps
+            .iter()
+            .map(|s| s.action.action.clone())
+            .collect()
+    })
+}
+
+/// Writes a game in the real format, loadable by the real engine (`AlfredTWEnv`): a
+/// `game.tw-pddl` as [`game_file_text`] (with the expert's walkthrough) and a `traj_data.json`
+/// with the fields the engine and `alfworld-generate` read (`task_type`, `pddl_params`,
+/// `scene`, `turk_annotations`).
+pub fn write_game_dir(game: &Game, dir: &Path, logic: &GameLogic) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let w = &game.world;
+    let walkthrough = expert_walkthrough(game);
+    write_atomic(
+        &dir.join("game.tw-pddl"),
+        &game_file_text(game, logic, walkthrough.as_deref()),
+    )?;
     let traj = json!({
         "task_type": w.task.kind.as_str(),
         "pddl_params": {
@@ -785,9 +1133,78 @@ pub fn write_game_dir(game: &Game, dir: &Path) -> Result<()> {
         "scene": {"floor_plan": format!("FloorPlan{}", game.floor_plan)},
         "turk_annotations": {"anns": [{"task_desc": w.task.goal}]}
     });
-    std::fs::write(
-        dir.join("traj_data.json"),
-        serde_json::to_string_pretty(&traj)?,
+    write_atomic(
+        &dir.join("traj_data.json"),
+        &serde_json::to_string_pretty(&traj)?,
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Expected strings are Python 3.11's `json.dumps(s)` (the `json.dump` of
+    /// `alfworld-generate`, `ensure_ascii=True`).
+    #[test]
+    fn strings_are_written_as_python_json_dump_writes_them() {
+        for (s, python) in [
+            ("a\"b\\c\nd\te\r", r#""a\"b\\c\nd\te\r""#),
+            (
+                "caf\u{e9} \u{2014} \u{1F600}",
+                r#""caf\u00e9 \u2014 \ud83d\ude00""#,
+            ),
+            ("\u{0}\u{1f}\u{7f}\u{8}\u{c}", r#""\u0000\u001f\u007f\b\f""#),
+            ("/<>&'", r#""/<>&'""#),
+        ] {
+            assert_eq!(python_json_string(s), python, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn basins_are_named_after_their_sink() {
+        let mut rng = Rng::new(1);
+        let id = entity_id("SinkBasin", &mut rng);
+        assert!(
+            id.starts_with("Sink|") && id.ends_with("|SinkBasin"),
+            "{id}"
+        );
+        let id = entity_id("BathtubBasin", &mut rng);
+        assert!(
+            id.starts_with("Bathtub|") && id.ends_with("|BathtubBasin"),
+            "{id}"
+        );
+        assert_eq!(entity_id("Cabinet", &mut rng).split('|').count(), 4);
+    }
+
+    #[test]
+    fn game_logic_needs_the_goal_placeholder() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = GameLogic::from_dir(dir.path()).unwrap_err();
+        assert!(format!("{err:#}").contains("alfred.pddl"), "{err:#}");
+        std::fs::write(dir.path().join("alfred.pddl"), "(define (domain alfred))").unwrap();
+        std::fs::write(dir.path().join("alfred.twl2"), "no placeholder").unwrap();
+        let err = GameLogic::from_dir(dir.path()).unwrap_err();
+        assert!(format!("{err:#}").contains("UNKNOWN GOAL"), "{err:#}");
+    }
+
+    #[test]
+    fn unsolvable_games_are_written_as_alfworld_generate_writes_them() {
+        let game = generate(5, Split::ValidSeen);
+        let logic = GameLogic {
+            pddl_domain: "D".into(),
+            grammar: "Your task is to: UNKNOWN GOAL.".into(),
+        };
+        let text = game_file_text(&game, &logic, None);
+        assert!(text.starts_with(&format!(
+            "{{\"pddl_domain\": \"D\", \"grammar\": \"Your task is to: {}.\", \"pddl_problem\": \"\\n(define (problem plan_",
+            game.world.task.goal
+        )));
+        assert!(text.ends_with("\"solvable\": false, \"walkthrough\": null}"));
+        let walk = vec!["go to fridge 1".to_string(), "look".to_string()];
+        let text = game_file_text(&game, &logic, Some(&walk));
+        assert!(
+            text.ends_with("\"solvable\": true, \"walkthrough\": [\"go to fridge 1\", \"look\"]}")
+        );
+    }
 }

@@ -4,6 +4,8 @@
 //! the six task types' success conditions.
 
 use super::vocab;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// The six task types (`traj_data.task_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -119,32 +121,22 @@ pub struct Object {
     pub toggled: bool,
     /// `isOn`.
     pub on: bool,
-}
-
-impl Object {
-    fn has(&self, list: &[&str]) -> bool {
-        list.contains(&self.class.as_str())
-    }
-    /// `heatable`.
-    pub fn heatable(&self) -> bool {
-        self.has(&vocab::HEATABLE)
-    }
+    /// `heatable`. The affordances are facts of the problem, not of the class: real ALFRED files
+    /// state them only for the task's objects (a lamp that is not the toggle target is not
+    /// `toggleable`), and the engine's actions and goals test the facts.
+    pub heatable: bool,
     /// `coolable`.
-    pub fn coolable(&self) -> bool {
-        self.has(&vocab::COOLABLE)
-    }
+    pub coolable: bool,
     /// `cleanable`.
-    pub fn cleanable(&self) -> bool {
-        self.has(&vocab::CLEANABLE)
-    }
-    /// `toggleable`.
-    pub fn toggleable(&self) -> bool {
-        self.has(&vocab::TOGGLEABLE)
-    }
+    pub cleanable: bool,
     /// `sliceable`.
-    pub fn sliceable(&self) -> bool {
-        self.has(&vocab::SLICEABLE)
-    }
+    pub sliceable: bool,
+    /// `toggleable`.
+    pub toggleable: bool,
+    /// `objectAtLocation`: where the object is (`None` while held, or when the file gives no
+    /// location). Real files put an object at its nearest navigable point, which need not be
+    /// its receptacle's location; `slice` tests this fact.
+    pub at: Option<usize>,
 }
 
 /// A grounded action.
@@ -182,8 +174,9 @@ pub enum Action {
     Help,
 }
 
-/// The help text of the 0.4+ grammar (`alfred.twl2`, byte for byte).
-pub const HELP: &str = "\nAvailable commands:\n  look:                             look around your current location\n  inventory:                        check your current inventory\n  go to (receptacle):               move to a receptacle\n  open (receptacle):                open a receptacle\n  close (receptacle):               close a receptacle\n  take (object) from (receptacle):  take an object from a receptacle\n  move (object) to (receptacle):  place an object in or on a receptacle\n  examine (something):              examine a receptacle or an object\n  use (object):                     use an object\n  heat (object) with (receptacle):  heat an object using a receptacle\n  clean (object) with (receptacle): clean an object using a receptacle\n  cool (object) with (receptacle):  cool an object using a receptacle\n  slice (object) with (object):     slice an object using a sharp object\n";
+/// The help text of the 0.4+ grammar, as the engine prints it: `alfred.twl2`'s text without the
+/// newline that opens the rule (TextWorld strips the derived feedback).
+pub const HELP: &str = "Available commands:\n  look:                             look around your current location\n  inventory:                        check your current inventory\n  go to (receptacle):               move to a receptacle\n  open (receptacle):                open a receptacle\n  close (receptacle):               close a receptacle\n  take (object) from (receptacle):  take an object from a receptacle\n  move (object) to (receptacle):  place an object in or on a receptacle\n  examine (something):              examine a receptacle or an object\n  use (object):                     use an object\n  heat (object) with (receptacle):  heat an object using a receptacle\n  clean (object) with (receptacle): clean an object using a receptacle\n  cool (object) with (receptacle):  cool an object using a receptacle\n  slice (object) with (object):     slice an object using a sharp object\n";
 
 /// The world state of one game.
 #[derive(Clone, Debug, PartialEq)]
@@ -206,6 +199,9 @@ pub struct World {
     pub arrive_at_loc: bool,
     /// The task.
     pub task: Task,
+    /// The problem's `canContain` facts as (receptacle class, object class), CamelCase; `None`
+    /// uses the generator's table ([`vocab::contains`]).
+    pub can_contain: Option<Arc<BTreeSet<(String, String)>>>,
 }
 
 /// `nothing` / `a X` / `a X, a Y, and a Z` (the last separator is always ", and ").
@@ -223,8 +219,17 @@ pub fn render_list<S: AsRef<str>>(names: &[S]) -> String {
     }
 }
 
-/// Assigns `class N` names over ids: per class, ids sorted by string, numbers handed out by
-/// popping from the end, so the first id in sorted order gets the highest number.
+/// The order the engine sorts entity ids in: Fast Downward lowercases the PDDL names, and the
+/// Demangler sorts those lowercased mangled ids (`cabinet_bar__minus_01…` before
+/// `cabinet_bar__plus_00…`; `toilet_bar_…` before `toiletpaperhanger_bar_…`). `id` is the
+/// unmangled id (`Cabinet|-01.75|…`).
+pub fn engine_key(id: &str) -> String {
+    super::game::mangle(id).to_ascii_lowercase()
+}
+
+/// Assigns `class N` names over ids (unmangled): per class, ids sorted by [`engine_key`],
+/// numbers handed out by popping from the end, so the first id in sorted order gets the
+/// highest number (the Demangler of `alfworld.agents.utils.misc`).
 pub fn number_names(entities: &[(String, String)]) -> Vec<String> {
     let mut names = vec![String::new(); entities.len()];
     let mut classes: Vec<&str> = entities.iter().map(|(_, c)| c.as_str()).collect();
@@ -234,7 +239,7 @@ pub fn number_names(entities: &[(String, String)]) -> Vec<String> {
         let mut idx: Vec<usize> = (0..entities.len())
             .filter(|&i| entities[i].1 == class)
             .collect();
-        idx.sort_by(|&a, &b| entities[a].0.cmp(&entities[b].0));
+        idx.sort_by_cached_key(|&i| engine_key(&entities[i].0));
         let lower = class.to_lowercase();
         let mut n = 1;
         while let Some(i) = idx.pop() {
@@ -365,36 +370,43 @@ impl World {
                 let held = &self.objects[h];
                 for &r in &here {
                     let rec = &self.receptacles[r];
-                    if self.accessible(r) && vocab::contains(&rec.class, &held.class) {
+                    if self.accessible(r) && self.holds(&rec.class, &held.class) {
                         let (cmd, _) = self.put_text(&held.name, &rec.name);
                         out.push((cmd, Action::Put(h, r)));
                     }
-                    if rec.class == "Microwave" && held.heatable() {
+                    if rec.class == "Microwave" && held.heatable {
                         out.push((
                             format!("heat {} with {}", held.name, rec.name),
                             Action::Heat(h, r),
                         ));
                     }
-                    if rec.class == "Fridge" && held.coolable() {
+                    if rec.class == "Fridge" && held.coolable {
                         out.push((
                             format!("cool {} with {}", held.name, rec.name),
                             Action::Cool(h, r),
                         ));
                     }
-                    if (rec.class == "SinkBasin" || rec.class == "BathtubBasin") && held.cleanable()
-                    {
+                    // CleanObject takes `(receptacleType ?r SinkBasinType)` only (the
+                    // SinkType alternative is commented out in `alfred.pddl`).
+                    if rec.class == "SinkBasin" && held.cleanable {
                         out.push((
                             format!("clean {} with {}", held.name, rec.name),
                             Action::Clean(h, r),
                         ));
                     }
                 }
+                // examineObject in the shipped `alfred.pddl` is `(or (exists (?l - location, ?r -
+                // receptacle) …) (holds ?a ?o))`: the comma makes `location,` a type that no
+                // object has, so the first branch never holds and only the held object can be
+                // examined. The engine's behaviour is what counts, so the same here.
                 out.push((format!("examine {}", held.name), Action::ExamineObject(h)));
+                // SliceObject: `(sliceable ?co)`, `(objectAtLocation ?co ?l)` at the agent's
+                // location (whatever holds it, open or closed) and a held knife.
                 if held.class == "Knife" || held.class == "ButterKnife" {
-                    for &(o, _) in &visible {
-                        if self.objects[o].sliceable() {
+                    for (o, obj) in self.objects.iter().enumerate() {
+                        if obj.sliceable && obj.at == Some(self.agent) {
                             out.push((
-                                format!("slice {} with {}", self.objects[o].name, held.name),
+                                format!("slice {} with {}", obj.name, held.name),
                                 Action::Slice(o, h),
                             ));
                         }
@@ -403,15 +415,9 @@ impl World {
             }
         }
         for (o, obj) in self.objects.iter().enumerate() {
-            if obj.toggleable() && obj.inside.is_some_and(|r| self.here(r)) {
+            if obj.toggleable && obj.inside.is_some_and(|r| self.here(r)) {
                 out.push((format!("use {}", obj.name), Action::Use(o)));
             }
-        }
-        for &(o, _) in &visible {
-            out.push((
-                format!("examine {}", self.objects[o].name),
-                Action::ExamineObject(o),
-            ));
         }
         out.push(("inventory".into(), Action::Inventory));
         out.push(("look".into(), Action::Look));
@@ -421,6 +427,14 @@ impl World {
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out.dedup_by(|a, b| a.0 == b.0);
         out
+    }
+
+    /// `canContain` for a receptacle class and an object class.
+    fn holds(&self, receptacle: &str, object: &str) -> bool {
+        match &self.can_contain {
+            Some(set) => set.contains(&(receptacle.to_string(), object.to_string())),
+            None => vocab::contains(receptacle, object),
+        }
     }
 
     /// The admissible commands.
@@ -450,10 +464,10 @@ impl World {
             _ if h => format!("This is a hot {n}."),
             _ if k => format!("This is a clean {n}."),
             _ if c => format!("This is a cold {n}."),
-            _ if obj.toggleable() => {
+            _ if obj.toggleable => {
                 format!("This {n} is {}.", if obj.toggled { "on" } else { "off" })
             }
-            _ if s && obj.sliceable() => format!("This is a sliced {n}."),
+            _ if s && obj.sliceable => format!("This is a sliced {n}."),
             _ => format!("There's nothing special about {n}."),
         }
     }
@@ -493,6 +507,7 @@ impl World {
             }
             Action::Take(o, r) => {
                 self.objects[o].inside = None;
+                self.objects[o].at = None;
                 self.held = Some(o);
                 format!(
                     "You pick up the {} from the {}.",
@@ -501,6 +516,7 @@ impl World {
             }
             Action::Put(o, r) => {
                 self.objects[o].inside = Some(r);
+                self.objects[o].at = Some(self.agent);
                 self.held = None;
                 self.put_text(&self.objects[o].name, &self.receptacles[r].name)
                     .1
@@ -557,8 +573,11 @@ impl World {
                     "You are in the middle of a room. Looking quickly around you, you see nothing."
                         .to_string()
                 } else {
-                    // `[{r.name | …}]`: the grammar's list of names (no article); objects always sit
-                    // in a receptacle here, so "next to it" is empty.
+                    // `[{r.name | …}]`: the grammar's list of names (no article). "Next to it"
+                    // lists objects matching `not_inreceptacle(o, r)`, a predicate no state
+                    // holds, so it is always "nothing" — also for objects whose
+                    // `objectAtLocation` is here while their receptacle is elsewhere (checked
+                    // against the engine in tests/alfworld_engine.rs).
                     let names = match here.len() {
                         1 => here[0].to_string(),
                         n => format!("{}, and {}", here[..n - 1].join(", "), here[n - 1]),
@@ -583,15 +602,15 @@ impl World {
             TaskType::Clean => self
                 .objects
                 .iter()
-                .any(|o| in_target(o) && o.cleanable() && o.clean),
+                .any(|o| in_target(o) && o.cleanable && o.clean),
             TaskType::Heat => self
                 .objects
                 .iter()
-                .any(|o| in_target(o) && o.heatable() && o.hot),
+                .any(|o| in_target(o) && o.heatable && o.hot),
             TaskType::Cool => self
                 .objects
                 .iter()
-                .any(|o| in_target(o) && o.coolable() && o.cool),
+                .any(|o| in_target(o) && o.coolable && o.cool),
             TaskType::PickTwo => (0..self.receptacles.len()).any(|r| {
                 self.receptacles[r].class == t.receptacle
                     && self
@@ -605,7 +624,10 @@ impl World {
                 let holding = self.held.is_some_and(|h| self.objects[h].class == t.object);
                 holding
                     && self.objects.iter().any(|o| {
-                        o.class == t.toggle && o.toggled && o.inside.is_some_and(|r| self.here(r))
+                        o.class == t.toggle
+                            && o.toggleable
+                            && o.toggled
+                            && o.inside.is_some_and(|r| self.here(r))
                     })
             }
         }
@@ -636,5 +658,127 @@ mod tests {
         let names = number_names(&ents);
         // Sorted: Cabinet|1, Cabinet|2, Cabinet|3 → numbers 3, 2, 1.
         assert_eq!(names, ["cabinet 3", "cabinet 1", "cabinet 2", "apple 1"]);
+    }
+
+    fn object(class: &str, name: &str, inside: Option<usize>, at: Option<usize>) -> Object {
+        Object {
+            id: format!("{class}|1"),
+            class: class.into(),
+            name: name.into(),
+            inside,
+            pickupable: true,
+            receptacle_object: false,
+            hot: false,
+            cool: false,
+            clean: false,
+            sliced: false,
+            toggled: false,
+            on: false,
+            heatable: false,
+            coolable: false,
+            cleanable: class == "SoapBar",
+            sliceable: class == "Apple",
+            toggleable: false,
+            at,
+        }
+    }
+
+    /// The engine's rules that differ from a reading of the action names: `clean` only with a
+    /// sink basin, `examine` only the held object, `slice` wherever the object is located.
+    #[test]
+    fn clean_examine_and_slice_follow_the_engine() {
+        let rec = |class: &str, name: &str, location: usize, openable: bool| Receptacle {
+            id: format!("{class}|1"),
+            class: class.into(),
+            name: name.into(),
+            location,
+            openable,
+            opened: false,
+        };
+        let mut w = World {
+            receptacles: vec![
+                rec("BathtubBasin", "bathtubbasin 1", 1, false),
+                rec("SinkBasin", "sinkbasin 1", 1, false),
+                rec("Fridge", "fridge 1", 2, true),
+            ],
+            objects: vec![
+                object("SoapBar", "soapbar 1", None, None),
+                object("Cloth", "cloth 1", Some(1), Some(1)),
+                object("Apple", "apple 1", Some(2), Some(2)),
+                object("Knife", "knife 1", Some(1), Some(1)),
+            ],
+            agent: 1,
+            start_location: 0,
+            held: Some(0),
+            put_grammar: PutGrammar::Move,
+            has_help: true,
+            arrive_at_loc: false,
+            task: Task {
+                kind: TaskType::Clean,
+                object: "SoapBar".into(),
+                receptacle: "Cabinet".into(),
+                toggle: String::new(),
+                goal: "put a clean soapbar in cabinet".into(),
+            },
+            can_contain: None,
+        };
+        let adm = w.admissible();
+        assert!(adm.contains(&"clean soapbar 1 with sinkbasin 1".to_string()));
+        assert!(
+            !adm.iter().any(|a| a.contains("with bathtubbasin")),
+            "{adm:?}"
+        );
+        assert!(adm.contains(&"examine soapbar 1".to_string()));
+        assert!(!adm.contains(&"examine cloth 1".to_string()), "{adm:?}");
+        assert_eq!(w.execute("examine cloth 1"), "Nothing happens.");
+        // Holding the knife at the closed fridge: the apple cannot be taken but can be sliced.
+        w.objects[0].inside = Some(1);
+        w.objects[0].at = Some(1);
+        w.held = Some(3);
+        w.objects[3].inside = None;
+        w.objects[3].at = None;
+        w.agent = 2;
+        let adm = w.admissible();
+        assert!(
+            adm.contains(&"slice apple 1 with knife 1".to_string()),
+            "{adm:?}"
+        );
+        assert!(!adm.iter().any(|a| a.starts_with("take ")), "{adm:?}");
+        assert_eq!(
+            w.execute("slice apple 1 with knife 1"),
+            "You sliced the apple 1 with the knife 1."
+        );
+        assert_eq!(
+            w.execute("help").lines().next(),
+            Some("Available commands:")
+        );
+    }
+
+    #[test]
+    fn numbering_follows_the_engines_lowercased_mangled_ids() {
+        // `_minus_` sorts before `_plus_` (unmangled, `+` sorts before `-`): the minus id comes
+        // first and gets the highest number, as in the engine.
+        let ents: Vec<(String, String)> = ["Cabinet|+00.50|+01.00", "Cabinet|-00.50|+01.00"]
+            .iter()
+            .map(|id| (id.to_string(), "Cabinet".to_string()))
+            .collect();
+        assert_eq!(number_names(&ents), ["cabinet 1", "cabinet 2"]);
+        // A class name that prefixes another: `toilet_bar_…` before `toiletpaperhanger_bar_…`
+        // (unmangled, `ToiletPaperHanger|` sorts first); the same for pot/potato and
+        // pen/pencil. This is the order of the intro's receptacle list.
+        for (short, long) in [
+            ("Toilet|+01.00", "ToiletPaperHanger|+00.10"),
+            ("Pot|+01.00", "Potato|+00.10"),
+            ("Pen|+01.00", "Pencil|+00.10"),
+        ] {
+            assert!(short > long, "unmangled order is the other way");
+            assert!(engine_key(short) < engine_key(long), "{short} / {long}");
+        }
+        // Case does not count: Fast Downward lowercases the names.
+        assert!(engine_key("TVStand|1") > engine_key("Toilet|1"));
+        assert_eq!(
+            engine_key("Sink|-01.5|+02|SinkBasin"),
+            "sink_bar__minus_01_dot_5_bar__plus_02_bar_sinkbasin"
+        );
     }
 }
