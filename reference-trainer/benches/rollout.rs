@@ -155,6 +155,12 @@ fn main() {
         });
     }
 
+    let peak = reference_trainer::peak_rss_bytes().unwrap_or(0) as f64 / (1u64 << 20) as f64;
+    rows.push(Row {
+        name: "peak RSS of the whole run".into(),
+        value: peak,
+        unit: "MiB",
+    });
     if json {
         let obj: serde_json::Map<String, serde_json::Value> = rows
             .iter()

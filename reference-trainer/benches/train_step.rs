@@ -75,10 +75,12 @@ fn main() {
             rows.push((format!("train {name} {b}x{l} {what}"), tok / best));
         }
     }
+    let peak = reference_trainer::peak_rss_bytes().unwrap_or(0) as f64 / (1u64 << 20) as f64;
     if json {
         let obj: serde_json::Map<String, serde_json::Value> = rows
             .iter()
             .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+            .chain([("peak RSS MiB".to_string(), serde_json::json!(peak))])
             .collect();
         println!("{}", serde_json::Value::Object(obj));
     } else {
@@ -86,5 +88,6 @@ fn main() {
         for (k, v) in &rows {
             println!("| {k} | {v:.0} |");
         }
+        println!("\npeak RSS of the whole run: {peak:.0} MiB");
     }
 }

@@ -18,5 +18,5 @@ pub mod rollout;
 pub mod tokenizer;
 pub mod train;
 
-pub use alloc::tune_allocator;
+pub use alloc::{peak_rss_bytes, tune_allocator};
 pub use error::{Error, Result};

@@ -4,10 +4,14 @@
 //! sampling draws one token from the row's own generator; then `accept(token)`.
 
 use rand::Rng;
+use rayon::prelude::*;
 use rand_chacha::ChaCha12Rng;
 use t2po_control::{observe_batch, Event, Sequence, Step};
 
 use crate::error::{Error, Result};
+
+/// Fewest rows per parallel `observe_batch` call (below it, one call: the split costs more).
+const OBSERVE_CHUNK: usize = 8;
 
 /// Temperature and nucleus sampling.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -105,7 +109,13 @@ impl Sampler {
             ));
         }
         self.steps.resize(b, Step::default());
-        observe_batch(seqs, logits, vocab, vocab, &mut self.steps)?;
+        // The kernel's rows are independent, so splitting them over the pool (each chunk one
+        // `observe_batch` call) changes nothing in the results, only the wall time.
+        let per = OBSERVE_CHUNK.max(b.div_ceil(rayon::current_num_threads().max(1)));
+        seqs.par_chunks_mut(per)
+            .zip(logits.par_chunks(per * vocab))
+            .zip(self.steps.par_chunks_mut(per))
+            .try_for_each(|((s, l), st)| observe_batch(s, l, vocab, vocab, st))?;
         out.clear();
         for r in 0..b {
             let row = &logits[r * vocab..(r + 1) * vocab];
