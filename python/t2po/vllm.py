@@ -1,0 +1,185 @@
+"""vLLM V1 integration: a logits processor running TTI per request, per-request on/off and
+config through ``SamplingParams(extra_args={"t2po": ...})``.
+
+    from vllm import LLM, SamplingParams
+    llm = LLM(model=..., logits_processors=[t2po.vllm.T2poLogitsProcessor])  # or the class
+    # path "t2po.vllm:T2poLogitsProcessor"; installing t2po also registers it under the
+    # `vllm.logits_processors` entry point, which vLLM loads for every LLM.
+    sp = SamplingParams(max_tokens=512, extra_args={"t2po": {"think_open": 151667, ...}})
+
+``extra_args["t2po"]`` is ``True`` (the processor's default config), a dict of
+:class:`t2po.Config` fields (with an optional ``"profile": "paper" | "released"``), or absent /
+``False``: the request is untouched. The processor's default config is
+``Config.paper()`` (Qwen3 token ids), or ``vllm_config.additional_config["t2po"]`` (a dict as
+above). ``is_argmax_invariant()`` is False, so vLLM runs it on the raw f32 logits, before
+penalties and temperature. Each request's tokens reach its sequence through the output-token
+list vLLM hands over when the request joins (``len(output_ids)`` says what is new), so requests
+that join late or move between batch slots keep their own state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from . import Config, Event, Sequence, T2poError, ThinkStart
+
+try:
+    from vllm.v1.sample.logits_processor import (
+        BatchUpdate,
+        LogitsProcessor,
+        MoveDirectionality,
+    )
+except ImportError as e:  # pragma: no cover - exercised only without vLLM
+    raise ImportError(f"t2po.vllm needs vLLM (V1 logits-processor interface): {e}") from e
+
+
+def config_from_args(value: Any, default: Config) -> Optional[Config]:
+    """The config a request's ``extra_args["t2po"]`` asks for (None: T²PO off).
+    Raises ValueError (a :class:`t2po.ConfigError`) naming a bad field."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return default
+    if isinstance(value, Config):
+        return value.validate()
+    if not isinstance(value, dict):
+        raise ValueError(f"extra_args['t2po'] = {value!r}: expected True, False or a dict of Config fields")
+    fields = dict(value)
+    if fields.pop("enabled", True) is False:
+        return None
+    profile = fields.pop("profile", None)
+    if profile is None:
+        cfg = default.copy()
+        for k, v in fields.items():
+            setattr(cfg, k, v)
+        return cfg.validate()
+    return Config(profile, **fields)
+
+
+class _Row:
+    """One request's controller and the reference to its running output-token list."""
+
+    __slots__ = ("seq", "prompt", "output", "seen", "events", "forced", "fired_at", "joined_at")
+
+    def __init__(self, cfg: Config, prompt: Optional[list], output: list):
+        self.seq = Sequence(cfg)
+        self.prompt = tuple(prompt or ())
+        # A request that comes back after preemption already has outputs: they were generated
+        # without us seeing their rows, so they join the prompt (TTI restarts after them).
+        self.seq.accept_prompt(list(prompt or []) + list(output))
+        self.seq.begin_generation(ThinkStart.FROM_PROMPT)
+        self.output = output
+        self.seen = len(output)
+        self.events: list = []
+        self.forced: list = []
+        self.fired_at: Optional[int] = None
+        self.joined_at = 0  # the processor's apply count when the request joined
+
+    def catch_up(self) -> None:
+        while self.seen < len(self.output):
+            token = self.output[self.seen]
+            if token < 0:  # a placeholder of asynchronous scheduling: not known yet
+                return
+            step = self.seen
+            try:
+                ev = self.seq.accept(token)
+            except T2poError as e:
+                raise T2poError(e.status, f"vLLM emitted token {token} at step {step}") from None
+            if ev != Event.NONE:
+                self.events.append((step, Event(ev)))
+            self.seen += 1
+
+
+class T2poLogitsProcessor(LogitsProcessor):
+    """TTI for the requests that ask for it (see the module doc)."""
+
+    #: The most recent instance (one per engine process), for tests and metrics.
+    last_instance: Optional["T2poLogitsProcessor"] = None
+
+    @classmethod
+    def validate_params(cls, sampling_params: Any) -> None:
+        extra = getattr(sampling_params, "extra_args", None) or {}
+        if "t2po" in extra:
+            config_from_args(extra["t2po"], Config.paper())
+
+    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool):
+        if torch.device(device).type != "cpu":
+            raise ValueError(
+                f"t2po.vllm reads logits on the CPU; this engine runs on {device} "
+                "(t2po-cuda has the device kernels)"
+            )
+        extra = getattr(vllm_config, "additional_config", None) or {}
+        default = extra.get("t2po") if isinstance(extra, dict) else None
+        self.default = config_from_args(default, Config.paper()) if default else Config.paper()
+        self.rows: dict[int, _Row] = {}
+        #: Finished requests' rows by request order (for inspection), newest last.
+        self.finished: list[_Row] = []
+        self.steps = 0
+        #: How many batch changes of each kind this instance processed.
+        self.changes = {"added": 0, "removed": 0, "moved": 0, "swapped": 0}
+        T2poLogitsProcessor.last_instance = self
+
+    def all_rows(self) -> list:
+        """Every request this instance controlled, finished ones first (for inspection: a
+        request that finished in the last step stays listed under ``rows`` until vLLM removes
+        it at the next step)."""
+        return self.finished + list(self.rows.values())
+
+    def is_argmax_invariant(self) -> bool:
+        return False
+
+    def update_state(self, batch_update: Optional[BatchUpdate]) -> None:
+        if batch_update is not None:
+            for index in batch_update.removed:
+                self.changes["removed"] += 1
+                row = self.rows.pop(index, None)
+                if row is not None:
+                    row.catch_up()
+                    self.finished.append(row)
+            for index, params, prompt, output in batch_update.added:
+                old = self.rows.pop(index, None)
+                if old is not None:  # vLLM replaces a finished request's slot without a removal
+                    old.catch_up()
+                    self.finished.append(old)
+                extra = getattr(params, "extra_args", None) or {}
+                cfg = config_from_args(extra.get("t2po"), self.default)
+                self.changes["added"] += 1
+                if cfg is not None:
+                    row = _Row(cfg, prompt, output)
+                    row.joined_at = self.steps
+                    self.rows[index] = row
+            for a, b, direction in batch_update.moved:
+                ra, rb = self.rows.pop(a, None), self.rows.pop(b, None)
+                if direction == MoveDirectionality.SWAP:
+                    self.changes["swapped"] += 1
+                    if ra is not None:
+                        self.rows[b] = ra
+                    if rb is not None:
+                        self.rows[a] = rb
+                else:  # a -> b; whatever was at b is replaced
+                    self.changes["moved"] += 1
+                    if ra is not None:
+                        self.rows[b] = ra
+        for row in self.rows.values():
+            row.catch_up()
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self.rows:
+            return logits
+        self.steps += 1
+        for index, row in self.rows.items():
+            if index >= logits.shape[0]:
+                continue
+            line = logits[index]
+            step = row.seen
+            s = row.seq.observe(line)
+            if s.event != Event.NONE:
+                row.events.append((step, Event(s.event)))
+                if row.fired_at is None:
+                    row.fired_at = step
+            if s.forced_token >= 0:
+                row.forced.append((step, s.forced_token))
+                Sequence.apply(s, line)
+        return logits
