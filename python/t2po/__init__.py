@@ -43,6 +43,7 @@ __all__ = [
     "T2poError",
     "Tds",
     "TdsCounters",
+    "TdsPool",
     "TdsRule",
     "Term",
     "ThinkStart",
@@ -683,3 +684,70 @@ class Tds:
         out = _ffi.CountersStruct()
         _check(lib.t2po_tds_get_counters(self._ptr, ctypes.byref(out)), "counters")
         return TdsCounters(out.turns, out.resamples, out.tries)
+
+
+class TdsPool:
+    """TDS for a rollout batch keyed by trajectory (verl-agent's ``traj_uid``): one :class:`Tds`
+    per trajectory, created on first sight. Per turn: :meth:`decide` with the batch's keys and
+    each row's Φ returns which rows to generate again; regenerate those rows and call
+    :meth:`decide` with them again until none is left; step the environments with the kept tries
+    (:meth:`kept`), then :meth:`commit`. A trajectory's kept try may be an earlier one
+    (``keep = best``): :meth:`kept` says which."""
+
+    def __init__(self, config: Config):
+        config.validate()
+        self.config = config.copy()
+        self._tds: dict = {}
+        self._verdicts: dict = {}
+
+    def __len__(self) -> int:
+        return len(self._tds)
+
+    def decide(self, keys: Seq[Any], phis: Seq[float]) -> np.ndarray:
+        """One try per row of the current turn; returns a boolean mask: True = resample it.
+        A key may appear once per call; ``phi`` is None/NaN-free (rows without Φ, e.g. a turn
+        shorter than the released profile's skip, pass ``None`` and are kept as they are)."""
+        if len(keys) != len(phis):
+            raise ValueError(f"{len(keys)} keys for {len(phis)} turn signals")
+        if len(set(keys)) != len(keys):
+            raise ValueError("a trajectory key appears twice in one decide call")
+        again = np.zeros(len(keys), dtype=bool)
+        for i, (key, phi) in enumerate(zip(keys, phis)):
+            if key in self._verdicts:
+                raise T2poError(Status.OUT_OF_ORDER, f"trajectory {key!r} already has a kept try: commit first")
+            tds = self._tds.get(key)
+            if tds is None:
+                tds = self._tds[key] = Tds(self.config)
+            if phi is None:
+                self._verdicts[key] = None
+                continue
+            v = tds.decide(float(phi))
+            if v.resample:
+                again[i] = True
+            else:
+                self._verdicts[key] = v
+        return again
+
+    def kept(self, key: Any) -> Optional[Verdict]:
+        """The keep verdict of a trajectory in the current turn (None: no Φ, its only try kept)."""
+        if key not in self._verdicts:
+            raise KeyError(f"trajectory {key!r} has no kept try in this turn yet")
+        return self._verdicts[key]
+
+    def commit(self) -> None:
+        """Every trajectory decided this turn stepped its environment with its kept try."""
+        for key, v in self._verdicts.items():
+            if v is not None:
+                self._tds[key].commit()
+        self._verdicts = {}
+
+    def end(self, keys: Iterable[Any]) -> None:
+        """Forgets finished trajectories."""
+        for key in keys:
+            self._tds.pop(key, None)
+            self._verdicts.pop(key, None)
+
+    def counters(self) -> TdsCounters:
+        """Summed over the live trajectories."""
+        cs = [t.counters() for t in self._tds.values()]
+        return TdsCounters(sum(c.turns for c in cs), sum(c.resamples for c in cs), sum(c.tries for c in cs))

@@ -9,9 +9,12 @@ config through ``SamplingParams(extra_args={"t2po": ...})``.
 
 ``extra_args["t2po"]`` is ``True`` (the processor's default config), a dict of
 :class:`t2po.Config` fields (with an optional ``"profile": "paper" | "released"``), or absent /
-``False``: the request is untouched. The processor's default config is
-``Config.paper()`` (Qwen3 token ids), or ``vllm_config.additional_config["t2po"]`` (a dict as
-above). ``is_argmax_invariant()`` is False, so vLLM runs it on the raw f32 logits, before
+``False``: the request is untouched. The processor's default config is ``Config.paper()``
+(Qwen3 token ids), or the JSON object in the environment variable ``T2PO_VLLM_CONFIG``, or
+``vllm_config.additional_config["t2po"]`` (a dict as above). With ``"all_requests": true`` in
+that default, requests without ``extra_args["t2po"]`` get T²PO too: that is how an engine
+launched by a framework that builds its own ``SamplingParams`` (verl) is switched on without
+changing the framework (``docs/scale-out.md``). ``is_argmax_invariant()`` is False, so vLLM runs it on the raw f32 logits, before
 penalties and temperature. Each request's tokens reach its sequence through the output-token
 list vLLM hands over when the request joins (``len(output_ids)`` says what is new), so requests
 that join late or move between batch slots keep their own state.
@@ -23,7 +26,13 @@ from typing import Any, Optional
 
 import torch
 
-from . import Config, Event, Sequence, T2poError, ThinkStart
+import ctypes
+import json
+import os
+import time
+
+from . import Config, Event, Sequence, T2poError, ThinkStart, _rows
+from ._ffi import StepStruct, lib
 
 try:
     from vllm.v1.sample.logits_processor import (
@@ -61,10 +70,17 @@ def config_from_args(value: Any, default: Config) -> Optional[Config]:
 class _Row:
     """One request's controller and the reference to its running output-token list."""
 
-    __slots__ = ("seq", "prompt", "output", "seen", "events", "forced", "fired_at", "joined_at")
+    __slots__ = ("seq", "ptr", "step", "step_ref", "event", "event_ref", "prompt", "output",
+                 "seen", "events", "forced", "fired_at", "joined_at")
 
     def __init__(self, cfg: Config, prompt: Optional[list], output: list):
         self.seq = Sequence(cfg)
+        # The hot path calls the C ABI directly with these (no per-step Python objects).
+        self.ptr = self.seq._ptr
+        self.step = StepStruct()
+        self.step_ref = ctypes.byref(self.step)
+        self.event = ctypes.c_uint32(0)
+        self.event_ref = ctypes.byref(self.event)
         self.prompt = tuple(prompt or ())
         # A request that comes back after preemption already has outputs: they were generated
         # without us seeing their rows, so they join the prompt (TTI restarts after them).
@@ -82,13 +98,11 @@ class _Row:
             token = self.output[self.seen]
             if token < 0:  # a placeholder of asynchronous scheduling: not known yet
                 return
-            step = self.seen
-            try:
-                ev = self.seq.accept(token)
-            except T2poError as e:
-                raise T2poError(e.status, f"vLLM emitted token {token} at step {step}") from None
-            if ev != Event.NONE:
-                self.events.append((step, Event(ev)))
+            st = lib.t2po_seq_accept_event(self.ptr, token, self.event_ref)
+            if st:
+                raise T2poError(st, f"vLLM emitted token {token} at step {self.seen}")
+            if self.event.value:
+                self.events.append((self.seen, Event(self.event.value)))
             self.seen += 1
 
 
@@ -112,14 +126,41 @@ class T2poLogitsProcessor(LogitsProcessor):
             )
         extra = getattr(vllm_config, "additional_config", None) or {}
         default = extra.get("t2po") if isinstance(extra, dict) else None
+        env = os.environ.get("T2PO_VLLM_CONFIG")
+        if env:
+            try:
+                default = json.loads(env)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"T2PO_VLLM_CONFIG is not JSON: {e}") from None
+        if default is not None and not isinstance(default, dict):
+            raise ValueError(f"the t2po default config must be a JSON object, got {default!r}")
+        default = dict(default or {})
+        #: Requests without extra_args["t2po"] get the default config too.
+        self.all_requests = bool(default.pop("all_requests", False))
         self.default = config_from_args(default, Config.paper()) if default else Config.paper()
         self.rows: dict[int, _Row] = {}
         #: Finished requests' rows by request order (for inspection), newest last.
         self.finished: list[_Row] = []
         self.steps = 0
+        #: Seconds spent in this processor's update_state and apply (its whole per-step cost).
+        self.seconds = 0.0
         #: How many batch changes of each kind this instance processed.
         self.changes = {"added": 0, "removed": 0, "moved": 0, "swapped": 0}
         T2poLogitsProcessor.last_instance = self
+
+    def take_turn_signals(self) -> dict:
+        """Φ of every finished or running request, keyed by ``(prompt ids, output ids)`` (None
+        where the turn has no token in Φ), and forgets the finished ones: a rollout worker in
+        the engine's process calls this after ``generate`` to hand Φ to TDS."""
+        out = {}
+        for row in self.all_rows():
+            key = (row.prompt, tuple(row.output))
+            try:
+                out[key] = row.seq.turn_signal()
+            except T2poError:
+                out[key] = None
+        self.finished = []
+        return out
 
     def all_rows(self) -> list:
         """Every request this instance controlled, finished ones first (for inspection: a
@@ -131,6 +172,13 @@ class T2poLogitsProcessor(LogitsProcessor):
         return False
 
     def update_state(self, batch_update: Optional[BatchUpdate]) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._update(batch_update)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _update(self, batch_update: Optional[BatchUpdate]) -> None:
         if batch_update is not None:
             for index in batch_update.removed:
                 self.changes["removed"] += 1
@@ -144,7 +192,10 @@ class T2poLogitsProcessor(LogitsProcessor):
                     old.catch_up()
                     self.finished.append(old)
                 extra = getattr(params, "extra_args", None) or {}
-                cfg = config_from_args(extra.get("t2po"), self.default)
+                if "t2po" in extra:
+                    cfg = config_from_args(extra["t2po"], self.default)
+                else:
+                    cfg = self.default if self.all_requests else None
                 self.changes["added"] += 1
                 if cfg is not None:
                     row = _Row(cfg, prompt, output)
@@ -168,18 +219,33 @@ class T2poLogitsProcessor(LogitsProcessor):
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         if not self.rows:
             return logits
-        self.steps += 1
-        for index, row in self.rows.items():
-            if index >= logits.shape[0]:
-                continue
-            line = logits[index]
-            step = row.seen
-            s = row.seq.observe(line)
-            if s.event != Event.NONE:
-                row.events.append((step, Event(s.event)))
-                if row.fired_at is None:
-                    row.fired_at = step
-            if s.forced_token >= 0:
-                row.forced.append((step, s.forced_token))
-                Sequence.apply(s, line)
+        t0 = time.perf_counter()
+        try:
+            self._apply(logits)
+        finally:
+            self.seconds += time.perf_counter() - t0
         return logits
+
+    def _apply(self, logits: torch.Tensor) -> None:
+        self.steps += 1
+        addr, kind, n, vocab, stride = _rows(logits, writable=True)
+        observe = getattr(lib, f"t2po_seq_observe_{kind}")
+        mask = getattr(lib, f"t2po_step_apply_{kind}")
+        row_bytes = stride * (4 if kind == "f32" else 2)
+        for index, row in self.rows.items():
+            if index >= n:
+                continue
+            line = addr + index * row_bytes
+            st = observe(row.ptr, line, vocab, row.step_ref)
+            if st:
+                raise T2poError(st, f"observe of the request in batch slot {index}")
+            step = row.step
+            if step.event:
+                row.events.append((row.seen, Event(step.event)))
+                if row.fired_at is None:
+                    row.fired_at = row.seen
+            if step.forced_token >= 0:
+                row.forced.append((row.seen, step.forced_token))
+                st = mask(row.step_ref, line, vocab)
+                if st:
+                    raise T2poError(st, f"masking the request in batch slot {index}")

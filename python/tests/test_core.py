@@ -268,3 +268,40 @@ def test_tds_rule_and_counters():
     with pytest.raises(T2poError) as err:
         tds.decide(float("nan"))
     assert err.value.status == Status.BAD_PHI
+
+
+def test_tds_pool_on_verl_agent_shaped_batches():
+    """A rollout batch like verl-agent's: rows carry a traj_uid; each turn only the hesitant rows
+    are regenerated, and each trajectory's decisions equal a standalone Tds fed the same Φ."""
+    cfg = Config.paper(max_resamples=2)
+    pool = t2po.TdsPool(cfg)
+    rng = np.random.default_rng(4)
+    uids = np.array([f"traj-{i}" for i in range(6)], dtype=object)
+    solo = {u: t2po.Tds(cfg) for u in uids}
+    resamples = 0
+    for turn in range(5):
+        rows = np.arange(len(uids))
+        tries = {u: [] for u in uids}
+        while len(rows):
+            phis = rng.uniform(0.2, 0.6, size=len(rows))
+            again = pool.decide(list(uids[rows]), list(phis))
+            for r, phi, a in zip(rows, phis, again):
+                tries[uids[r]].append(phi)
+                v = solo[uids[r]].decide(float(phi))
+                assert v.resample == a
+            resamples += int(again.sum())
+            rows = rows[again]
+        for u in uids:
+            v = pool.kept(u)
+            assert v.kept_try == len(tries[u]) - 1 and v.kept_phi == pytest.approx(tries[u][-1])
+            solo[u].commit()
+        pool.commit()
+    c = pool.counters()
+    assert (c.turns, c.resamples) == (30, resamples) and resamples > 0
+    with pytest.raises(ValueError, match="twice"):
+        pool.decide(["a", "a"], [0.1, 0.2])
+    pool.decide(["a"], [0.1])
+    with pytest.raises(T2poError):
+        pool.decide(["a"], [0.1])
+    pool.end(list(uids) + ["a"])
+    assert len(pool) == 0

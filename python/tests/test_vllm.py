@@ -191,3 +191,37 @@ def test_batch_update_bookkeeping_with_moves_and_swaps():
     proc.apply(logits)
     assert logits[1, CLOSE] == 0 and (logits[0] == 0).all()  # max_think 3: it fires and forces now
     assert proc.changes == {"added": 3, "removed": 1, "moved": 1, "swapped": 1}
+
+
+def test_default_config_from_the_environment_switches_every_request_on(monkeypatch):
+    import json
+
+    OPEN, CLOSE = 5, 6
+    monkeypatch.setenv("T2PO_VLLM_CONFIG", json.dumps({
+        "all_requests": True, "think_open": OPEN, "think_close": CLOSE, "queue": [CLOSE],
+        "min_len": 0, "max_think": 1}))
+    from vllm.v1.sample.logits_processor import BatchUpdate
+    import torch
+
+    proc = T2poLogitsProcessor(None, "cpu", False)
+    assert proc.all_requests and proc.default.max_think == 1
+    out0, out1 = [], []
+    proc.update_state(BatchUpdate(batch_size=2, removed=[], moved=[], added=[
+        (0, _Params({}), [1, OPEN], out0),                 # no args: on through the default
+        (1, _Params({"t2po": False}), [1, OPEN], out1),    # explicitly off
+    ]))
+    logits = torch.zeros(2, 8)
+    proc.apply(logits)
+    out0.append(3)
+    out1.append(3)
+    proc.update_state(None)
+    proc.apply(logits)
+    assert logits[0, CLOSE] == 0 and torch.isneginf(logits[0, :CLOSE]).all() and (logits[1] == 0).all()
+    phis = proc.take_turn_signals()
+    assert list(phis) == [((1, OPEN), (3,))] and 0 < phis[((1, OPEN), (3,))] <= 1
+    monkeypatch.setenv("T2PO_VLLM_CONFIG", "{not json")
+    with pytest.raises(ValueError, match="T2PO_VLLM_CONFIG"):
+        T2poLogitsProcessor(None, "cpu", False)
+    monkeypatch.setenv("T2PO_VLLM_CONFIG", json.dumps({"alpha": 3}))
+    with pytest.raises(ValueError, match="alpha"):
+        T2poLogitsProcessor(None, "cpu", False)
