@@ -44,6 +44,8 @@ __all__ = [
     "Tds",
     "TdsCounters",
     "TdsPool",
+    "TokenStats",
+    "token_stats",
     "TdsRule",
     "Term",
     "ThinkStart",
@@ -379,6 +381,28 @@ def _rows(logits: Any, writable: bool = False) -> tuple[int, str, int, int, int]
     raise TypeError(f"logits of type {type(logits).__name__}: expected a numpy array or a CPU torch tensor")
 
 
+@dataclass(frozen=True)
+class TokenStats:
+    """``t2po_token_stats`` of one row (natural logs)."""
+
+    entropy: float
+    confidence: float
+    max_logit: float
+    log_sum_exp: float
+    vocab: int
+    top_count: int
+
+
+def token_stats(row: Any, top_j: int) -> TokenStats:
+    """The kernel's statistics of one logits row (f32/bf16/f16, numpy or CPU torch)."""
+    addr, kind, rows, vocab, _ = _rows(row)
+    if rows != 1:
+        raise ValueError(f"token_stats takes one row, got {rows}")
+    out = _ffi.TokenStatsStruct()
+    _check(getattr(lib, f"t2po_token_stats_{kind}")(addr, vocab, int(top_j), ctypes.byref(out)), "token_stats")
+    return TokenStats(out.entropy, out.confidence, out.max_logit, out.log_sum_exp, out.vocab, out.top_count)
+
+
 # ---------------------------------------------------------------------------------------------
 # Steps, infos, verdicts
 
@@ -505,9 +529,11 @@ class Sequence:
         _check(fn(self._ptr, addr, vocab, ctypes.byref(out)), "observe")
         return Step(out.forced_token, Event(out.event), out.signal, out.position)
 
-    def observe_stats(self, entropy: float, confidence: float, vocab: int, top_count: int = 1) -> Step:
-        """Statistics computed elsewhere instead of a row."""
-        stats = _ffi.TokenStatsStruct(entropy, confidence, 0.0, 0.0, vocab, top_count)
+    def observe_stats(self, entropy: float, confidence: float, vocab: int, top_count: int = 1,
+                      max_logit: float = 0.0, log_sum_exp: float = 0.0) -> Step:
+        """Statistics computed elsewhere (e.g. :func:`t2po.torch_stats.token_stats` on the
+        GPU) instead of a row."""
+        stats = _ffi.TokenStatsStruct(entropy, confidence, max_logit, log_sum_exp, vocab, top_count)
         out = _ffi.StepStruct()
         _check(lib.t2po_seq_observe_stats(self._ptr, ctypes.byref(stats), ctypes.byref(out)), "observe_stats")
         return Step(out.forced_token, Event(out.event), out.signal, out.position)

@@ -33,6 +33,7 @@ import time
 
 from . import Config, Event, Sequence, T2poError, ThinkStart, _rows
 from ._ffi import StepStruct, lib
+from ._ffi import TokenStatsStruct as StatsStruct
 
 try:
     from vllm.v1.sample.logits_processor import (
@@ -71,10 +72,11 @@ class _Row:
     """One request's controller and the reference to its running output-token list."""
 
     __slots__ = ("seq", "ptr", "step", "step_ref", "event", "event_ref", "prompt", "output",
-                 "seen", "events", "forced", "fired_at", "joined_at")
+                 "seen", "events", "forced", "fired_at", "joined_at", "seq_top_j")
 
     def __init__(self, cfg: Config, prompt: Optional[list], output: list):
         self.seq = Sequence(cfg)
+        self.seq_top_j = int(cfg.top_j)
         # The hot path calls the C ABI directly with these (no per-step Python objects).
         self.ptr = self.seq._ptr
         self.step = StepStruct()
@@ -119,11 +121,10 @@ class T2poLogitsProcessor(LogitsProcessor):
             config_from_args(extra["t2po"], Config.paper())
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool):
-        if torch.device(device).type != "cpu":
-            raise ValueError(
-                f"t2po.vllm reads logits on the CPU; this engine runs on {device} "
-                "(t2po-cuda has the device kernels)"
-            )
+        # CPU logits go to the kernel in place; on an accelerator the statistics are computed
+        # there by torch (t2po.torch_stats) and only they cross to the host.
+        self.stats_on_device = torch.device(device).type != "cpu" or os.environ.get(
+            "T2PO_VLLM_TORCH_STATS") == "1"
         extra = getattr(vllm_config, "additional_config", None) or {}
         default = extra.get("t2po") if isinstance(extra, dict) else None
         env = os.environ.get("T2PO_VLLM_CONFIG")
@@ -228,6 +229,9 @@ class T2poLogitsProcessor(LogitsProcessor):
 
     def _apply(self, logits: torch.Tensor) -> None:
         self.steps += 1
+        if self.stats_on_device or logits.device.type != "cpu":
+            self._apply_device(logits)
+            return
         addr, kind, n, vocab, stride = _rows(logits, writable=True)
         observe = getattr(lib, f"t2po_seq_observe_{kind}")
         mask = getattr(lib, f"t2po_step_apply_{kind}")
@@ -249,3 +253,40 @@ class T2poLogitsProcessor(LogitsProcessor):
                 st = mask(row.step_ref, line, vocab)
                 if st:
                     raise T2poError(st, f"masking the request in batch slot {index}")
+
+    def _apply_device(self, logits: torch.Tensor) -> None:
+        from .torch_stats import token_stats
+
+        n, vocab = logits.shape
+        slots = [i for i in self.rows if i < n]
+        if not slots:
+            return
+        idx = torch.tensor(slots, device=logits.device)
+        by_j: dict = {}
+        for i in slots:
+            by_j.setdefault(self.rows[i].seq_top_j, []).append(i)
+        host: dict = {}
+        for j, group in by_j.items():
+            sel = idx if len(by_j) == 1 else torch.tensor(group, device=logits.device)
+            stats, count = token_stats(logits.index_select(0, sel), j)
+            stats, count = stats.cpu().tolist(), count.cpu().tolist()
+            for g, st, c in zip(group, stats, count):
+                host[g] = (st, c)
+        for i in slots:
+            row = self.rows[i]
+            (h, conf, mx, lse), c = host[i]
+            ts = StatsStruct(h, conf, mx, lse, vocab, c)
+            st = lib.t2po_seq_observe_stats(row.ptr, ctypes.byref(ts), row.step_ref)
+            if st:
+                raise T2poError(st, f"observe of the request in batch slot {i}")
+            step = row.step
+            if step.event:
+                row.events.append((row.seen, Event(step.event)))
+                if row.fired_at is None:
+                    row.fired_at = row.seen
+            if step.forced_token >= 0:
+                row.forced.append((row.seen, step.forced_token))
+                if step.forced_token >= vocab:
+                    raise T2poError(44, f"forced token {step.forced_token} outside the row of {vocab}")
+                logits[i].fill_(float("-inf"))
+                logits[i, step.forced_token] = 0.0

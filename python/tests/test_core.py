@@ -305,3 +305,23 @@ def test_tds_pool_on_verl_agent_shaped_batches():
         pool.decide(["a"], [0.1])
     pool.end(list(uids) + ["a"])
     assert len(pool) == 0
+
+
+@pytest.mark.parametrize("top_j", [1, 20])
+def test_torch_stats_agree_with_the_kernel(top_j):
+    """t2po.torch_stats (the accelerator path) against the kernel's statistics, on rows with
+    masked (-inf) entries too. Tolerance: 2e-5 relative + 1e-5 absolute (torch f32 log-softmax
+    against the kernel's f32 pass, whose own bound vs f64 is 1e-5)."""
+    from t2po.torch_stats import token_stats as torch_token_stats
+
+    rng = np.random.default_rng(9)
+    rows = rng.normal(scale=3.0, size=(16, 777)).astype(np.float32)
+    rows[3, :700] = -np.inf
+    rows[5, 10:] = -np.inf  # fewer finite entries than top_j
+    stats, count = torch_token_stats(torch.from_numpy(rows), top_j)
+    for b in range(rows.shape[0]):
+        want = t2po.token_stats(rows[b], top_j)
+        got = stats[b].tolist()
+        assert int(count[b]) == want.top_count
+        for g, w in zip(got, (want.entropy, want.confidence, want.max_logit, want.log_sum_exp)):
+            assert abs(g - w) <= 2e-5 * abs(w) + 1e-5, (b, got, want)

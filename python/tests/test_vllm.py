@@ -225,3 +225,39 @@ def test_default_config_from_the_environment_switches_every_request_on(monkeypat
     monkeypatch.setenv("T2PO_VLLM_CONFIG", json.dumps({"alpha": 3}))
     with pytest.raises(ValueError, match="alpha"):
         T2poLogitsProcessor(None, "cpu", False)
+
+
+def test_accelerator_path_makes_the_kernel_paths_decisions(monkeypatch):
+    """The path for GPU engines (statistics by torch on the logits' device, the state machine
+    on the host through t2po_seq_observe_stats), run here on CPU tensors: the same decisions as
+    the kernel reading the rows, over 4 requests x 60 steps of random rows."""
+    from vllm.v1.sample.logits_processor import BatchUpdate
+    import torch
+
+    OPEN, CLOSE = 5, 6
+    args = {"profile": "paper", "think_open": OPEN, "think_close": CLOSE, "queue": [CLOSE, 7, 8],
+            "min_len": 4, "max_think": 50}
+    procs = []
+    for device_stats in ("0", "1"):
+        monkeypatch.setenv("T2PO_VLLM_TORCH_STATS", device_stats)
+        procs.append(T2poLogitsProcessor(None, "cpu", False))
+    assert [p.stats_on_device for p in procs] == [False, True]
+    outs = [[[] for _ in range(4)] for _ in procs]
+    for p, o in zip(procs, outs):
+        p.update_state(BatchUpdate(batch_size=4, removed=[], moved=[], added=[
+            (b, _Params({"t2po": args}), [1, OPEN], o[b]) for b in range(4)]))
+    gen = torch.Generator().manual_seed(2)
+    for t in range(60):
+        base = torch.randn(4, 300, generator=gen) * (1 + (t % 7))
+        chosen = []
+        for p, o in zip(procs, outs):
+            logits = base.clone()
+            p.apply(logits)
+            toks = logits.argmax(dim=-1).tolist()
+            chosen.append(toks)
+            for b in range(4):
+                o[b].append(toks[b])
+            p.update_state(None)
+        assert chosen[0] == chosen[1], t
+    kernel, device = ([(r.events, r.forced) for r in p.all_rows()] for p in procs)
+    assert kernel == device and sum(bool(f) for _, f in kernel) == 4
