@@ -33,6 +33,11 @@
 // Qwen3 `</think>`.
 #define T2PO_QWEN3_THINK_CLOSE 151668
 
+// The ABI version of this header and library (`T2PO_ABI_VERSION`). It goes up by one with
+// every change a compiled caller could notice (a struct's layout, a function's meaning); a
+// binding compares `t2po_version()` with the value it was written for before any other call.
+#define T2PO_ABI_VERSION 1
+
 // `t2po_seq.flags`: inside a think block now.
 #define T2PO_SEQ_INSIDE (1 << 0)
 
@@ -121,6 +126,10 @@ enum t2po_status
   T2PO_STATUS_TOKEN_OUT_OF_ROW = 44,
   // Some rows of a batched call failed; each step carries its own status.
   T2PO_STATUS_BATCH_ROWS = 45,
+  // A step's `forced_token` is negative but not −1.
+  T2PO_STATUS_BAD_FORCED_TOKEN = 46,
+  // The turn accumulator is not finite (corrupted state), so Φ has no value.
+  T2PO_STATUS_BAD_ACCUMULATOR = 47,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -130,7 +139,7 @@ typedef uint32_t t2po_status;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-// Which profile [`Config::for_profile`] builds.
+// Which profile `t2po_config_default` builds.
 enum t2po_profile
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : uint32_t
@@ -273,7 +282,7 @@ enum t2po_think_start
   : uint32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
-  // As the prompt tokens given to [`Sequence::accept`] since the last reset left it.
+  // As the prompt tokens given to `t2po_seq_accept` since the last reset left it.
   T2PO_THINK_START_FROM_PROMPT = 0,
   // Inside a think block (the prompt ends with `<think>`).
   T2PO_THINK_START_INSIDE = 1,
@@ -300,6 +309,9 @@ enum t2po_event
   T2PO_EVENT_CONVERGED = 1,
   // The think budget `L_max` was reached.
   T2PO_EVENT_BUDGET = 2,
+  // Reported by an accept, not an observe: the model closed think itself on the step TTI
+  // fired, so its own close stands and the forced queue was dropped.
+  T2PO_EVENT_MODEL_CLOSED = 3,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -309,31 +321,31 @@ typedef uint32_t t2po_event;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-// All parameters of the signal, TTI and TDS. Build one with [`Config::paper`] or
-// [`Config::released`], change fields, then [`Config::validate`] (done again by every
+// All parameters of the signal, TTI and TDS. Build one with `t2po_config_default(T2PO_PROFILE_PAPER)` or
+// `t2po_config_default(T2PO_PROFILE_RELEASED)`, change fields, then `t2po_config_validate` (done again by every
 // constructor that takes a config).
 //
-// Kind fields hold the `u32` value of the matching enum ([`Norm`], [`Term`], [`Trigger`],
-// [`TurnMean`], [`TdsRule`], [`Keep`]); booleans are `0`/`1`.
+// Kind fields hold the `u32` value of the matching enum (`t2po_norm`, `t2po_term`, `t2po_trigger`,
+// `t2po_turn_mean`, `t2po_tds_rule`, `t2po_keep`); booleans are `0`/`1`.
 typedef struct {
   // `j` of the top-j confidence, `1..=TOP_J_CAPACITY` (paper 20, released 1).
   uint32_t top_j;
   // Weight of the entropy term; the confidence term gets `1 − alpha` (paper α = 0.4;
   // released `a = 0.6` weighs confidence, so `alpha = 1 − a = 0.4`).
   float alpha;
-  // [`Norm`] of the entropy.
+  // `t2po_norm` of the entropy.
   uint32_t entropy_norm;
-  // [`Term`] of the entropy.
+  // `t2po_term` of the entropy.
   uint32_t entropy_term;
-  // [`Norm`] of the top-j confidence `C_t = −(1/j) Σ ln p_(i)`.
+  // `t2po_norm` of the top-j confidence `C_t = −(1/j) Σ ln p_(i)`.
   uint32_t confidence_norm;
-  // [`Term`] of the confidence.
+  // `t2po_term` of the confidence.
   uint32_t confidence_term;
   // A running range below this normalises to 0 (spec §2, default 1e-6).
   float range_eps;
   // 1: TTI may force the queue; 0: statistics only (the "TDS only" ablation).
   uint32_t tti_enabled;
-  // [`Trigger`] rule.
+  // `t2po_trigger` rule.
   uint32_t trigger;
   // `N` of the window rule; the window holds `N + 1` deltas (paper 4).
   uint32_t window;
@@ -357,19 +369,19 @@ typedef struct {
   uint32_t queue[T2PO_QUEUE_CAPACITY];
   // 1: TDS may ask for resamples; 0: always keep (the "TTI only" ablation).
   uint32_t tds_enabled;
-  // [`TurnMean`] of Φ.
+  // `t2po_turn_mean` of Φ.
   uint32_t turn_mean;
   // `φ_floor` of the geometric mean (paper 1e-6).
   float phi_floor;
   // Positions `t ≤ phi_skip` are left out of the arithmetic mean (released 32).
   uint32_t phi_skip;
-  // [`TdsRule`].
+  // `t2po_tds_rule`.
   uint32_t tds_rule;
   // `η` (paper 0.15, released 0.3).
   float eta;
   // `B_max`: extra tries per turn (2).
   uint32_t max_resamples;
-  // [`Keep`] policy when the budget runs out.
+  // `t2po_keep` policy when the budget runs out.
   uint32_t keep;
 } t2po_config;
 
@@ -424,10 +436,10 @@ typedef struct {
 // The controller of one sequence (`t2po_seq`): signal ranges, TTI state, forced queue and the
 // turn accumulator for Φ. Caller-allocated, fixed-size, never allocates.
 //
-// Per generation: [`reset`](Self::reset) → [`accept`](Self::accept) prompt tokens (optional)
-// → [`begin_generation`](Self::begin_generation) → for each step
-// [`observe_row`](Self::observe_row) (or [`observe`](Self::observe) with precomputed
-// statistics) then [`accept`](Self::accept) of the emitted token → [`turn_signal`](Self::turn_signal).
+// Per generation: `t2po_seq_reset` → `t2po_seq_accept` prompt tokens (optional)
+// → `t2po_seq_begin_generation` → for each step
+// `t2po_seq_observe_f32` (or `t2po_seq_observe_stats` with precomputed
+// statistics) then `t2po_seq_accept` of the emitted token → `t2po_seq_turn_signal`.
 typedef struct {
   uint32_t magic;
   uint32_t flags;
@@ -451,13 +463,13 @@ typedef struct {
 typedef struct {
   // The token the engine must emit at this step, or −1 to sample freely.
   int32_t forced_token;
-  // An [`Event`] value: whether TTI fired at this step (its queue starts at the next step).
+  // An `t2po_event` value: whether TTI fired at this step (its queue starts at the next step).
   uint32_t event;
   // `M_t` of this position (0 on forced steps, which have no signal).
   float signal;
   // `t`: observed (non-forced) positions of this generation so far.
   uint32_t position;
-  // A [`Status`] value; non-zero only for failed rows of a batched observe.
+  // A `t2po_status` value; non-zero only for failed rows of a batched observe.
   uint32_t status;
 } t2po_step;
 
@@ -477,12 +489,22 @@ typedef struct {
   uint32_t fired_position;
   // `t2po_event` of the firing (0: none).
   uint32_t fired_event;
+  // 1 while TTI can still fire in this generation (enabled, inside think, not fired, think
+  // not closed). 0 right after `t2po_seq_begin_generation` means TTI and its L_max bound
+  // are off until the model opens think itself: with `T2PO_THINK_START_FROM_PROMPT` that is
+  // the case when the prompt's `<think>` was never given to `t2po_seq_accept_prompt`.
+  uint32_t tti_armed;
+  // 1 when the prompt tokens accepted since the last reset left the sequence inside think.
+  uint32_t prompt_inside_think;
+  // 1 when TTI fired and the model closed think itself on the firing step, so the forced
+  // queue was dropped (`T2PO_EVENT_MODEL_CLOSED` from `t2po_seq_accept_event`).
+  uint32_t queue_dropped;
 } t2po_seq_info;
 
 // TDS state of one episode (`t2po_tds`): caller-allocated, fixed-size, all-POD.
 //
-// Per turn: call [`Tds::decide`] with each try's Φ until it returns `resample == 0`, step the
-// environment with the kept try, then [`Tds::commit`]. [`Tds::begin_episode`] starts over.
+// Per turn: call `t2po_tds_decide` with each try's Φ until it returns `resample == 0`, step the
+// environment with the kept try, then `t2po_tds_commit`. `t2po_tds_begin_episode` starts over.
 typedef struct {
   uint32_t magic;
   uint32_t enabled;
@@ -514,9 +536,71 @@ typedef struct {
   float kept_phi;
 } t2po_tds_verdict;
 
+// TDS counters of an episode state (`t2po_tds_counters`): the resample rate the spec asks
+// for is `resamples / (turns + resamples)` over committed turns.
+typedef struct {
+  // Committed turns since init.
+  uint32_t turns;
+  // Resamples spent by committed turns since init.
+  uint32_t resamples;
+  // Resamples spent on the current (uncommitted) turn so far.
+  uint32_t tries;
+} t2po_tds_counters;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+// The library's `T2PO_ABI_VERSION`: a caller built against another header must not go on.
+uint32_t t2po_version(void);
+
+// `sizeof(t2po_seq)`, for callers that lay the struct out without the header.
+size_t t2po_seq_size(void);
+
+// `alignof(t2po_seq)`.
+size_t t2po_seq_align(void);
+
+// `sizeof(t2po_tds)`, for callers that lay the struct out without the header.
+size_t t2po_tds_size(void);
+
+// `alignof(t2po_tds)`.
+size_t t2po_tds_align(void);
+
+// `sizeof(t2po_config)`, for callers that lay the struct out without the header.
+size_t t2po_config_size(void);
+
+// `alignof(t2po_config)`.
+size_t t2po_config_align(void);
+
+// `sizeof(t2po_token_stats)`, for callers that lay the struct out without the header.
+size_t t2po_token_stats_size(void);
+
+// `alignof(t2po_token_stats)`.
+size_t t2po_token_stats_align(void);
+
+// `sizeof(t2po_step)`, for callers that lay the struct out without the header.
+size_t t2po_step_size(void);
+
+// `alignof(t2po_step)`.
+size_t t2po_step_align(void);
+
+// `sizeof(t2po_seq_info)`, for callers that lay the struct out without the header.
+size_t t2po_seq_info_size(void);
+
+// `alignof(t2po_seq_info)`.
+size_t t2po_seq_info_align(void);
+
+// `sizeof(t2po_tds_verdict)`, for callers that lay the struct out without the header.
+size_t t2po_tds_verdict_size(void);
+
+// `alignof(t2po_tds_verdict)`.
+size_t t2po_tds_verdict_align(void);
+
+// `sizeof(t2po_tds_counters)`, for callers that lay the struct out without the header.
+size_t t2po_tds_counters_size(void);
+
+// `alignof(t2po_tds_counters)`.
+size_t t2po_tds_counters_align(void);
 
 // A static NUL-terminated message for a status value (unknown values get a message too).
 const char *t2po_status_message(uint32_t status);
@@ -534,6 +618,16 @@ t2po_status t2po_config_default(uint32_t profile, t2po_config *out);
 // Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
 // function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_config_validate(const t2po_config *config);
+
+// Checks `*config` like `t2po_config_validate` and writes a NUL-terminated message into
+// `buf` (`cap` bytes, at least 1): "ok", or what was wrong, starting with the field's name
+// (e.g. "alpha = 1.5: expected a number in [0, 1]"). A message longer than `cap - 1` bytes
+// is cut at a UTF-8 boundary. Returns the validation status.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_config_explain(const t2po_config *config, char *buf, size_t cap);
 
 // Statistics of one f32 logits row of `len` entries with top-`top_j` confidence.
 //
@@ -564,12 +658,6 @@ t2po_status t2po_token_stats_f16(const uint16_t *row,
                                  size_t len,
                                  uint32_t top_j,
                                  t2po_token_stats *out);
-
-// `sizeof(t2po_seq)`, for callers that allocate it without the header's struct.
-size_t t2po_seq_size(void);
-
-// `alignof(t2po_seq)`.
-size_t t2po_seq_align(void);
 
 // Sets up `*seq` (caller-allocated, contents ignored) with a validated copy of `*config`.
 // On error `*seq` is not written.
@@ -602,14 +690,14 @@ t2po_status t2po_seq_begin_generation(t2po_seq *seq, uint32_t think_start);
 // function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_observe_f32(t2po_seq *seq, const float *row, size_t len, t2po_step *out);
 
-// [`t2po_seq_observe_f32`] for a bf16 row (raw bits).
+// `t2po_seq_observe_f32` for a bf16 row (raw bits).
 //
 // # Safety
 // Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
 // function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_observe_bf16(t2po_seq *seq, const uint16_t *row, size_t len, t2po_step *out);
 
-// [`t2po_seq_observe_f32`] for an f16 row (raw bits).
+// `t2po_seq_observe_f32` for an f16 row (raw bits).
 //
 // # Safety
 // Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
@@ -637,7 +725,7 @@ t2po_status t2po_seq_observe_batch_f32(t2po_seq *seqs,
                                        size_t row_stride,
                                        t2po_step *out_steps);
 
-// [`t2po_seq_observe_batch_f32`] for bf16 logits (raw bits).
+// `t2po_seq_observe_batch_f32` for bf16 logits (raw bits).
 //
 // # Safety
 // Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
@@ -649,7 +737,7 @@ t2po_status t2po_seq_observe_batch_bf16(t2po_seq *seqs,
                                         size_t row_stride,
                                         t2po_step *out_steps);
 
-// [`t2po_seq_observe_batch_f32`] for f16 logits (raw bits).
+// `t2po_seq_observe_batch_f32` for f16 logits (raw bits).
 //
 // # Safety
 // Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
@@ -670,6 +758,26 @@ t2po_status t2po_seq_observe_batch_f16(t2po_seq *seqs,
 // function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_seq_accept(t2po_seq *seq, uint32_t token);
 
+// `t2po_seq_accept` of `n` prompt tokens in order, in one call, before
+// `t2po_seq_begin_generation` (which is what `T2PO_THINK_START_FROM_PROMPT` reads: without
+// the prompt's `<think>` TTI stays off, see `t2po_seq_info.tti_armed`). `n == 0` is allowed
+// (`tokens` may then be NULL). During a generation it is `T2PO_STATUS_OUT_OF_ORDER` and
+// changes nothing.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_seq_accept_prompt(t2po_seq *seq, const uint32_t *tokens, size_t n);
+
+// `t2po_seq_accept` that also writes what the token did to TTI into `*out_event`
+// (`t2po_event`): `T2PO_EVENT_MODEL_CLOSED` when the model closed think itself on the step
+// TTI fired, so the forced queue was dropped; `T2PO_EVENT_NONE` otherwise.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_seq_accept_event(t2po_seq *seq, uint32_t token, uint32_t *out_event);
+
 // Writes Φ of the current generation (spec §4) to `*out_phi`.
 //
 // # Safety
@@ -685,29 +793,27 @@ t2po_status t2po_seq_turn_signal(t2po_seq *seq, float *out_phi);
 t2po_status t2po_seq_inspect(t2po_seq *seq, t2po_seq_info *out);
 
 // Applies a step to its f32 row: with a forced token every other entry becomes −inf and the
-// forced entry 0; without one the row is untouched.
+// forced entry 0; with `forced_token == -1` the row is untouched; any other negative
+// `forced_token` is `T2PO_STATUS_BAD_FORCED_TOKEN`.
 //
 // # Safety
 // Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
 // function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_step_apply_f32(const t2po_step *step, float *row, size_t len);
 
-// [`t2po_step_apply_f32`] for a bf16 row (raw bits).
+// `t2po_step_apply_f32` for a bf16 row (raw bits).
 //
 // # Safety
 // Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
 // function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_step_apply_bf16(const t2po_step *step, uint16_t *row, size_t len);
 
-// [`t2po_step_apply_f32`] for an f16 row (raw bits).
+// `t2po_step_apply_f32` for an f16 row (raw bits).
 //
 // # Safety
 // Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
 // function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_step_apply_f16(const t2po_step *step, uint16_t *row, size_t len);
-
-// `sizeof(t2po_tds)`.
-size_t t2po_tds_size(void);
 
 // Sets up `*tds` (caller-allocated) for a new episode from `*config`.
 //
@@ -737,6 +843,14 @@ t2po_status t2po_tds_decide(t2po_tds *tds, float phi, t2po_tds_verdict *out);
 // Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
 // function documents, for the whole call, and not used by another thread meanwhile.
 t2po_status t2po_tds_commit(t2po_tds *tds);
+
+// Writes the episode state's counters (committed turns, their resamples, and the current
+// turn's resamples so far) to `*out`.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_tds_get_counters(t2po_tds *tds, t2po_tds_counters *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -23,6 +23,11 @@
 // Qwen3 `</think>`.
 #define T2PO_QWEN3_THINK_CLOSE 151668
 
+// The ABI version of this header and library (`T2PO_ABI_VERSION`). It goes up by one with
+// every change a compiled caller could notice (a struct's layout, a function's meaning); a
+// binding compares `t2po_version()` with the value it was written for before any other call.
+#define T2PO_ABI_VERSION 1
+
 // `t2po_seq.flags`: inside a think block now.
 #define T2PO_SEQ_INSIDE (1 << 0)
 
@@ -111,6 +116,10 @@ enum t2po_status
   T2PO_STATUS_TOKEN_OUT_OF_ROW = 44,
   // Some rows of a batched call failed; each step carries its own status.
   T2PO_STATUS_BATCH_ROWS = 45,
+  // A step's `forced_token` is negative but not −1.
+  T2PO_STATUS_BAD_FORCED_TOKEN = 46,
+  // The turn accumulator is not finite (corrupted state), so Φ has no value.
+  T2PO_STATUS_BAD_ACCUMULATOR = 47,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -120,7 +129,7 @@ typedef uint32_t t2po_status;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-// Which profile [`Config::for_profile`] builds.
+// Which profile `t2po_config_default` builds.
 enum t2po_profile
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : uint32_t
@@ -263,7 +272,7 @@ enum t2po_think_start
   : uint32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
-  // As the prompt tokens given to [`Sequence::accept`] since the last reset left it.
+  // As the prompt tokens given to `t2po_seq_accept` since the last reset left it.
   T2PO_THINK_START_FROM_PROMPT = 0,
   // Inside a think block (the prompt ends with `<think>`).
   T2PO_THINK_START_INSIDE = 1,
@@ -290,6 +299,9 @@ enum t2po_event
   T2PO_EVENT_CONVERGED = 1,
   // The think budget `L_max` was reached.
   T2PO_EVENT_BUDGET = 2,
+  // Reported by an accept, not an observe: the model closed think itself on the step TTI
+  // fired, so its own close stands and the forced queue was dropped.
+  T2PO_EVENT_MODEL_CLOSED = 3,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -299,31 +311,31 @@ typedef uint32_t t2po_event;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-// All parameters of the signal, TTI and TDS. Build one with [`Config::paper`] or
-// [`Config::released`], change fields, then [`Config::validate`] (done again by every
+// All parameters of the signal, TTI and TDS. Build one with `t2po_config_default(T2PO_PROFILE_PAPER)` or
+// `t2po_config_default(T2PO_PROFILE_RELEASED)`, change fields, then `t2po_config_validate` (done again by every
 // constructor that takes a config).
 //
-// Kind fields hold the `u32` value of the matching enum ([`Norm`], [`Term`], [`Trigger`],
-// [`TurnMean`], [`TdsRule`], [`Keep`]); booleans are `0`/`1`.
+// Kind fields hold the `u32` value of the matching enum (`t2po_norm`, `t2po_term`, `t2po_trigger`,
+// `t2po_turn_mean`, `t2po_tds_rule`, `t2po_keep`); booleans are `0`/`1`.
 typedef struct {
   // `j` of the top-j confidence, `1..=TOP_J_CAPACITY` (paper 20, released 1).
   uint32_t top_j;
   // Weight of the entropy term; the confidence term gets `1 − alpha` (paper α = 0.4;
   // released `a = 0.6` weighs confidence, so `alpha = 1 − a = 0.4`).
   float alpha;
-  // [`Norm`] of the entropy.
+  // `t2po_norm` of the entropy.
   uint32_t entropy_norm;
-  // [`Term`] of the entropy.
+  // `t2po_term` of the entropy.
   uint32_t entropy_term;
-  // [`Norm`] of the top-j confidence `C_t = −(1/j) Σ ln p_(i)`.
+  // `t2po_norm` of the top-j confidence `C_t = −(1/j) Σ ln p_(i)`.
   uint32_t confidence_norm;
-  // [`Term`] of the confidence.
+  // `t2po_term` of the confidence.
   uint32_t confidence_term;
   // A running range below this normalises to 0 (spec §2, default 1e-6).
   float range_eps;
   // 1: TTI may force the queue; 0: statistics only (the "TDS only" ablation).
   uint32_t tti_enabled;
-  // [`Trigger`] rule.
+  // `t2po_trigger` rule.
   uint32_t trigger;
   // `N` of the window rule; the window holds `N + 1` deltas (paper 4).
   uint32_t window;
@@ -347,19 +359,19 @@ typedef struct {
   uint32_t queue[T2PO_QUEUE_CAPACITY];
   // 1: TDS may ask for resamples; 0: always keep (the "TTI only" ablation).
   uint32_t tds_enabled;
-  // [`TurnMean`] of Φ.
+  // `t2po_turn_mean` of Φ.
   uint32_t turn_mean;
   // `φ_floor` of the geometric mean (paper 1e-6).
   float phi_floor;
   // Positions `t ≤ phi_skip` are left out of the arithmetic mean (released 32).
   uint32_t phi_skip;
-  // [`TdsRule`].
+  // `t2po_tds_rule`.
   uint32_t tds_rule;
   // `η` (paper 0.15, released 0.3).
   float eta;
   // `B_max`: extra tries per turn (2).
   uint32_t max_resamples;
-  // [`Keep`] policy when the budget runs out.
+  // `t2po_keep` policy when the budget runs out.
   uint32_t keep;
 } t2po_config;
 
@@ -414,10 +426,10 @@ typedef struct {
 // The controller of one sequence (`t2po_seq`): signal ranges, TTI state, forced queue and the
 // turn accumulator for Φ. Caller-allocated, fixed-size, never allocates.
 //
-// Per generation: [`reset`](Self::reset) → [`accept`](Self::accept) prompt tokens (optional)
-// → [`begin_generation`](Self::begin_generation) → for each step
-// [`observe_row`](Self::observe_row) (or [`observe`](Self::observe) with precomputed
-// statistics) then [`accept`](Self::accept) of the emitted token → [`turn_signal`](Self::turn_signal).
+// Per generation: `t2po_seq_reset` → `t2po_seq_accept` prompt tokens (optional)
+// → `t2po_seq_begin_generation` → for each step
+// `t2po_seq_observe_f32` (or `t2po_seq_observe_stats` with precomputed
+// statistics) then `t2po_seq_accept` of the emitted token → `t2po_seq_turn_signal`.
 typedef struct {
   uint32_t magic;
   uint32_t flags;
@@ -441,13 +453,13 @@ typedef struct {
 typedef struct {
   // The token the engine must emit at this step, or −1 to sample freely.
   int32_t forced_token;
-  // An [`Event`] value: whether TTI fired at this step (its queue starts at the next step).
+  // An `t2po_event` value: whether TTI fired at this step (its queue starts at the next step).
   uint32_t event;
   // `M_t` of this position (0 on forced steps, which have no signal).
   float signal;
   // `t`: observed (non-forced) positions of this generation so far.
   uint32_t position;
-  // A [`Status`] value; non-zero only for failed rows of a batched observe.
+  // A `t2po_status` value; non-zero only for failed rows of a batched observe.
   uint32_t status;
 } t2po_step;
 
@@ -467,12 +479,22 @@ typedef struct {
   uint32_t fired_position;
   // `t2po_event` of the firing (0: none).
   uint32_t fired_event;
+  // 1 while TTI can still fire in this generation (enabled, inside think, not fired, think
+  // not closed). 0 right after `t2po_seq_begin_generation` means TTI and its L_max bound
+  // are off until the model opens think itself: with `T2PO_THINK_START_FROM_PROMPT` that is
+  // the case when the prompt's `<think>` was never given to `t2po_seq_accept_prompt`.
+  uint32_t tti_armed;
+  // 1 when the prompt tokens accepted since the last reset left the sequence inside think.
+  uint32_t prompt_inside_think;
+  // 1 when TTI fired and the model closed think itself on the firing step, so the forced
+  // queue was dropped (`T2PO_EVENT_MODEL_CLOSED` from `t2po_seq_accept_event`).
+  uint32_t queue_dropped;
 } t2po_seq_info;
 
 // TDS state of one episode (`t2po_tds`): caller-allocated, fixed-size, all-POD.
 //
-// Per turn: call [`Tds::decide`] with each try's Φ until it returns `resample == 0`, step the
-// environment with the kept try, then [`Tds::commit`]. [`Tds::begin_episode`] starts over.
+// Per turn: call `t2po_tds_decide` with each try's Φ until it returns `resample == 0`, step the
+// environment with the kept try, then `t2po_tds_commit`. `t2po_tds_begin_episode` starts over.
 typedef struct {
   uint32_t magic;
   uint32_t enabled;
@@ -503,5 +525,16 @@ typedef struct {
   // Φ of the kept try (with `resample == 0`).
   float kept_phi;
 } t2po_tds_verdict;
+
+// TDS counters of an episode state (`t2po_tds_counters`): the resample rate the spec asks
+// for is `resamples / (turns + resamples)` over committed turns.
+typedef struct {
+  // Committed turns since init.
+  uint32_t turns;
+  // Resamples spent by committed turns since init.
+  uint32_t resamples;
+  // Resamples spent on the current (uncommitted) turn so far.
+  uint32_t tries;
+} t2po_tds_counters;
 
 #endif  /* T2PO_TYPES_H */

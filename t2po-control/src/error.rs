@@ -115,6 +115,12 @@ pub enum Error {
     /// Some rows of a batched call failed; their steps carry their own status.
     #[error("{failed} row(s) of the batch failed; see each step's status")]
     BatchRows { failed: usize },
+    /// A step whose `forced_token` is negative but not −1 (the only "sample freely" value).
+    #[error("forced_token = {0}: expected -1 (sample freely) or a token id >= 0")]
+    BadForcedToken(i32),
+    /// The turn accumulator holds non-finite sums (corrupted state), so Φ is not a number.
+    #[error("the turn accumulator is not finite (corrupted state)")]
+    BadAccumulator,
 }
 
 /// Status codes of the C ABI (`t2po_status`). `OK` is 0; numbers are fixed forever.
@@ -179,6 +185,10 @@ pub enum Status {
     TokenOutOfRow = 44,
     /// Some rows of a batched call failed; each step carries its own status.
     BatchRows = 45,
+    /// A step's `forced_token` is negative but not −1.
+    BadForcedToken = 46,
+    /// The turn accumulator is not finite (corrupted state), so Φ has no value.
+    BadAccumulator = 47,
 }
 
 impl From<ConfigError> for Status {
@@ -228,6 +238,8 @@ impl From<Error> for Status {
             Error::TokenOutOfRow { .. } => Status::TokenOutOfRow,
             Error::Size(_) => Status::BadSize,
             Error::BatchRows { .. } => Status::BatchRows,
+            Error::BadForcedToken(_) => Status::BadForcedToken,
+            Error::BadAccumulator => Status::BadAccumulator,
         }
     }
 }
@@ -236,7 +248,7 @@ impl Status {
     /// Every status, in numeric order.
     ///
     /// cbindgen:ignore
-    pub const ALL: [Status; 29] = [
+    pub const ALL: [Status; 31] = [
         Status::Ok,
         Status::NullPointer,
         Status::Misaligned,
@@ -266,6 +278,8 @@ impl Status {
         Status::BadPhi,
         Status::TokenOutOfRow,
         Status::BatchRows,
+        Status::BadForcedToken,
+        Status::BadAccumulator,
     ];
 
     /// A static, NUL-terminated description of the status.
@@ -302,6 +316,8 @@ impl Status {
             Status::BadPhi => c"turn signal is NaN or infinite",
             Status::TokenOutOfRow => c"forced token id outside the row",
             Status::BatchRows => c"some rows of the batch failed; see each step's status",
+            Status::BadForcedToken => c"step.forced_token is negative but not -1",
+            Status::BadAccumulator => c"turn accumulator not finite (corrupted state)",
         }
     }
 }

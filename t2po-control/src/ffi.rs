@@ -20,8 +20,117 @@ use half::{bf16, f16};
 use crate::config::{Config, Profile};
 use crate::error::Status;
 use crate::stats::{token_stats, Logit, TokenStats};
-use crate::tds::{Tds, Verdict};
-use crate::tti::{observe_batch, Sequence, Step, ThinkStart};
+use crate::tds::{Tds, TdsCounters, Verdict};
+use crate::tti::{observe_batch, Event, Sequence, Step, ThinkStart};
+
+/// The ABI version of this header and library (`T2PO_ABI_VERSION`). It goes up by one with
+/// every change a compiled caller could notice (a struct's layout, a function's meaning); a
+/// binding compares `t2po_version()` with the value it was written for before any other call.
+pub const ABI_VERSION: u32 = 1;
+
+/// The library's `T2PO_ABI_VERSION`: a caller built against another header must not go on.
+#[no_mangle]
+pub extern "C" fn t2po_version() -> u32 {
+    ABI_VERSION
+}
+
+// Layout queries, one pair per public struct (written out: cbindgen does not expand macros).
+
+/// `sizeof(t2po_seq)`, for callers that lay the struct out without the header.
+#[no_mangle]
+pub extern "C" fn t2po_seq_size() -> usize {
+    core::mem::size_of::<Sequence>()
+}
+
+/// `alignof(t2po_seq)`.
+#[no_mangle]
+pub extern "C" fn t2po_seq_align() -> usize {
+    core::mem::align_of::<Sequence>()
+}
+
+/// `sizeof(t2po_tds)`, for callers that lay the struct out without the header.
+#[no_mangle]
+pub extern "C" fn t2po_tds_size() -> usize {
+    core::mem::size_of::<Tds>()
+}
+
+/// `alignof(t2po_tds)`.
+#[no_mangle]
+pub extern "C" fn t2po_tds_align() -> usize {
+    core::mem::align_of::<Tds>()
+}
+
+/// `sizeof(t2po_config)`, for callers that lay the struct out without the header.
+#[no_mangle]
+pub extern "C" fn t2po_config_size() -> usize {
+    core::mem::size_of::<Config>()
+}
+
+/// `alignof(t2po_config)`.
+#[no_mangle]
+pub extern "C" fn t2po_config_align() -> usize {
+    core::mem::align_of::<Config>()
+}
+
+/// `sizeof(t2po_token_stats)`, for callers that lay the struct out without the header.
+#[no_mangle]
+pub extern "C" fn t2po_token_stats_size() -> usize {
+    core::mem::size_of::<TokenStats>()
+}
+
+/// `alignof(t2po_token_stats)`.
+#[no_mangle]
+pub extern "C" fn t2po_token_stats_align() -> usize {
+    core::mem::align_of::<TokenStats>()
+}
+
+/// `sizeof(t2po_step)`, for callers that lay the struct out without the header.
+#[no_mangle]
+pub extern "C" fn t2po_step_size() -> usize {
+    core::mem::size_of::<Step>()
+}
+
+/// `alignof(t2po_step)`.
+#[no_mangle]
+pub extern "C" fn t2po_step_align() -> usize {
+    core::mem::align_of::<Step>()
+}
+
+/// `sizeof(t2po_seq_info)`, for callers that lay the struct out without the header.
+#[no_mangle]
+pub extern "C" fn t2po_seq_info_size() -> usize {
+    core::mem::size_of::<SeqInfo>()
+}
+
+/// `alignof(t2po_seq_info)`.
+#[no_mangle]
+pub extern "C" fn t2po_seq_info_align() -> usize {
+    core::mem::align_of::<SeqInfo>()
+}
+
+/// `sizeof(t2po_tds_verdict)`, for callers that lay the struct out without the header.
+#[no_mangle]
+pub extern "C" fn t2po_tds_verdict_size() -> usize {
+    core::mem::size_of::<Verdict>()
+}
+
+/// `alignof(t2po_tds_verdict)`.
+#[no_mangle]
+pub extern "C" fn t2po_tds_verdict_align() -> usize {
+    core::mem::align_of::<Verdict>()
+}
+
+/// `sizeof(t2po_tds_counters)`, for callers that lay the struct out without the header.
+#[no_mangle]
+pub extern "C" fn t2po_tds_counters_size() -> usize {
+    core::mem::size_of::<TdsCounters>()
+}
+
+/// `alignof(t2po_tds_counters)`.
+#[no_mangle]
+pub extern "C" fn t2po_tds_counters_align() -> usize {
+    core::mem::align_of::<TdsCounters>()
+}
 
 /// Runs a body that returns a [`Status`], turning a panic into [`Status::Panic`] (std build).
 macro_rules! boundary {
@@ -142,6 +251,16 @@ pub struct SeqInfo {
     pub fired_position: u32,
     /// `t2po_event` of the firing (0: none).
     pub fired_event: u32,
+    /// 1 while TTI can still fire in this generation (enabled, inside think, not fired, think
+    /// not closed). 0 right after `t2po_seq_begin_generation` means TTI and its L_max bound
+    /// are off until the model opens think itself: with `T2PO_THINK_START_FROM_PROMPT` that is
+    /// the case when the prompt's `<think>` was never given to `t2po_seq_accept_prompt`.
+    pub tti_armed: u32,
+    /// 1 when the prompt tokens accepted since the last reset left the sequence inside think.
+    pub prompt_inside_think: u32,
+    /// 1 when TTI fired and the model closed think itself on the firing step, so the forced
+    /// queue was dropped (`T2PO_EVENT_MODEL_CLOSED` from `t2po_seq_accept_event`).
+    pub queue_dropped: u32,
 }
 
 /// A static NUL-terminated message for a status value (unknown values get a message too).
@@ -179,6 +298,59 @@ pub unsafe extern "C" fn t2po_config_validate(config: *const Config) -> Status {
         let config = tri!(read(config));
         tri!(config.validate());
         Status::Ok
+    })
+}
+
+/// Writes into a fixed byte buffer, dropping what does not fit (one byte is kept for the NUL).
+struct Truncating<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl core::fmt::Write for Truncating<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let room = self.buf.len() - 1 - self.len;
+        let mut n = s.len().min(room);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// Checks `*config` like `t2po_config_validate` and writes a NUL-terminated message into
+/// `buf` (`cap` bytes, at least 1): "ok", or what was wrong, starting with the field's name
+/// (e.g. "alpha = 1.5: expected a number in [0, 1]"). A message longer than `cap - 1` bytes
+/// is cut at a UTF-8 boundary. Returns the validation status.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_config_explain(
+    config: *const Config,
+    buf: *mut c_char,
+    cap: usize,
+) -> Status {
+    boundary!({
+        let config = tri!(read(config));
+        let buf = tri!(slice_mut(buf.cast::<u8>(), cap));
+        let mut out = Truncating { buf, len: 0 };
+        let status = match config.validate() {
+            Ok(()) => {
+                let _ = core::fmt::Write::write_str(&mut out, "ok");
+                Status::Ok
+            }
+            Err(e) => {
+                let _ = core::fmt::write(&mut out, format_args!("{e}"));
+                Status::from(e)
+            }
+        };
+        let end = out.len;
+        out.buf[end] = 0;
+        status
     })
 }
 
@@ -235,18 +407,6 @@ pub unsafe extern "C" fn t2po_token_stats_f16(
     out: *mut TokenStats,
 ) -> Status {
     stats_of(row.cast::<f16>(), len, top_j, out)
-}
-
-/// `sizeof(t2po_seq)`, for callers that allocate it without the header's struct.
-#[no_mangle]
-pub extern "C" fn t2po_seq_size() -> usize {
-    core::mem::size_of::<Sequence>()
-}
-
-/// `alignof(t2po_seq)`.
-#[no_mangle]
-pub extern "C" fn t2po_seq_align() -> usize {
-    core::mem::align_of::<Sequence>()
 }
 
 /// Sets up `*seq` (caller-allocated, contents ignored) with a validated copy of `*config`.
@@ -484,6 +644,57 @@ pub unsafe extern "C" fn t2po_seq_accept(seq: *mut Sequence, token: u32) -> Stat
     })
 }
 
+/// `t2po_seq_accept` of `n` prompt tokens in order, in one call, before
+/// `t2po_seq_begin_generation` (which is what `T2PO_THINK_START_FROM_PROMPT` reads: without
+/// the prompt's `<think>` TTI stays off, see `t2po_seq_info.tti_armed`). `n == 0` is allowed
+/// (`tokens` may then be NULL). During a generation it is `T2PO_STATUS_OUT_OF_ORDER` and
+/// changes nothing.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_seq_accept_prompt(
+    seq: *mut Sequence,
+    tokens: *const u32,
+    n: usize,
+) -> Status {
+    boundary!({
+        let seq = tri!(seq_mut(seq));
+        let tokens: &[u32] = if n == 0 { &[] } else { tri!(slice(tokens, n)) };
+        tri!(seq.accept_prompt(tokens));
+        Status::Ok
+    })
+}
+
+/// `t2po_seq_accept` that also writes what the token did to TTI into `*out_event`
+/// (`t2po_event`): `T2PO_EVENT_MODEL_CLOSED` when the model closed think itself on the step
+/// TTI fired, so the forced queue was dropped; `T2PO_EVENT_NONE` otherwise.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_seq_accept_event(
+    seq: *mut Sequence,
+    token: u32,
+    out_event: *mut u32,
+) -> Status {
+    boundary!({
+        tri!(check(out_event));
+        let seq = tri!(seq_mut(seq));
+        let before = seq.queue_dropped();
+        tri!(seq.accept(token));
+        let event = if !before && seq.queue_dropped() {
+            Event::ModelClosed
+        } else {
+            Event::None
+        };
+        tri!(write(out_event, event as u32));
+        Status::Ok
+    })
+}
+
 /// Writes Φ of the current generation (spec §4) to `*out_phi`.
 ///
 /// # Safety
@@ -518,6 +729,9 @@ pub unsafe extern "C" fn t2po_seq_inspect(seq: *mut Sequence, out: *mut SeqInfo)
             forcing: seq.forcing() as u32,
             fired_position,
             fired_event,
+            tti_armed: seq.tti_armed() as u32,
+            prompt_inside_think: seq.prompt_inside_think() as u32,
+            queue_dropped: seq.queue_dropped() as u32,
         };
         tri!(write(out, info));
         Status::Ok
@@ -534,7 +748,8 @@ fn apply_of<T: Logit>(step: *const Step, row: *mut T, len: usize) -> Status {
 }
 
 /// Applies a step to its f32 row: with a forced token every other entry becomes −inf and the
-/// forced entry 0; without one the row is untouched.
+/// forced entry 0; with `forced_token == -1` the row is untouched; any other negative
+/// `forced_token` is `T2PO_STATUS_BAD_FORCED_TOKEN`.
 ///
 /// # Safety
 /// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
@@ -574,12 +789,6 @@ pub unsafe extern "C" fn t2po_step_apply_f16(
     len: usize,
 ) -> Status {
     apply_of(step, row.cast::<f16>(), len)
-}
-
-/// `sizeof(t2po_tds)`.
-#[no_mangle]
-pub extern "C" fn t2po_tds_size() -> usize {
-    core::mem::size_of::<Tds>()
 }
 
 /// Sets up `*tds` (caller-allocated) for a new episode from `*config`.
@@ -636,6 +845,22 @@ pub unsafe extern "C" fn t2po_tds_decide(tds: *mut Tds, phi: f32, out: *mut Verd
 pub unsafe extern "C" fn t2po_tds_commit(tds: *mut Tds) -> Status {
     boundary!({
         tri!(tri!(tds_mut(tds)).commit());
+        Status::Ok
+    })
+}
+
+/// Writes the episode state's counters (committed turns, their resamples, and the current
+/// turn's resamples so far) to `*out`.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_tds_get_counters(tds: *mut Tds, out: *mut TdsCounters) -> Status {
+    boundary!({
+        tri!(check(out));
+        let counters = tri!(tds_mut(tds)).counters();
+        tri!(write(out, counters));
         Status::Ok
     })
 }

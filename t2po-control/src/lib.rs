@@ -51,5 +51,5 @@ pub use config::{
 pub use error::{ConfigError, Error, RowError, Status};
 pub use signal::SignalState;
 pub use stats::{token_stats, Logit, TokenStats};
-pub use tds::{Tds, TurnAccumulator, Verdict};
+pub use tds::{Tds, TdsCounters, TurnAccumulator, Verdict};
 pub use tti::{observe_batch, Event, Sequence, Step, ThinkStart};

@@ -52,20 +52,29 @@ impl TurnAccumulator {
         }
     }
 
-    /// Φ of the turn so far; [`Error::EmptyTurn`] when no token entered it.
+    /// Φ of the turn so far; [`Error::EmptyTurn`] when no token entered it, and
+    /// [`Error::BadAccumulator`] when the sums are not finite (state corrupted by its owner:
+    /// the kernel itself only ever adds finite values) or Φ would not be.
     pub fn phi(&self, cfg: &Config) -> Result<f32, Error> {
-        if cfg.turn_mean == TurnMean::Arithmetic as u32 {
+        let phi = if cfg.turn_mean == TurnMean::Arithmetic as u32 {
             if self.count_after_skip == 0 {
                 return Err(Error::EmptyTurn);
             }
-            Ok((self.sum / self.count_after_skip as f64) as f32)
+            (self.sum / self.count_after_skip as f64) as f32
         } else {
             if self.count == 0 {
                 return Err(Error::EmptyTurn);
             }
+            if !(self.mantissa.is_finite() && self.mantissa > 0.0) {
+                return Err(Error::BadAccumulator);
+            }
             let ln_prod = libm::log(self.mantissa) + self.exponent as f64 * core::f64::consts::LN_2;
-            Ok(libm::exp(ln_prod / self.count as f64) as f32)
+            libm::exp(ln_prod / self.count as f64) as f32
+        };
+        if !phi.is_finite() {
+            return Err(Error::BadAccumulator);
         }
+        Ok(phi)
     }
 }
 
@@ -225,6 +234,28 @@ impl Tds {
     pub fn tries(&self) -> u32 {
         self.tries
     }
+
+    /// All three counters at once (`t2po_tds_counters`).
+    pub fn counters(&self) -> TdsCounters {
+        TdsCounters {
+            turns: self.turns,
+            resamples: self.resamples,
+            tries: self.tries,
+        }
+    }
+}
+
+/// TDS counters of an episode state (`t2po_tds_counters`): the resample rate the spec asks
+/// for is `resamples / (turns + resamples)` over committed turns.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TdsCounters {
+    /// Committed turns since init.
+    pub turns: u32,
+    /// Resamples spent by committed turns since init.
+    pub resamples: u32,
+    /// Resamples spent on the current (uncommitted) turn so far.
+    pub tries: u32,
 }
 
 #[cfg(test)]
@@ -243,6 +274,57 @@ mod tests {
         let got = acc.phi(&cfg).unwrap() as f64;
         assert!((got - want).abs() / want < 1e-6, "{got} vs {want}");
         assert_eq!(TurnAccumulator::default().phi(&cfg), Err(Error::EmptyTurn));
+    }
+
+    #[test]
+    fn non_finite_accumulators_are_an_error() {
+        let paper = Config::paper();
+        let released = Config::released();
+        for (cfg, acc) in [
+            (
+                &paper,
+                TurnAccumulator {
+                    mantissa: f64::NAN,
+                    count: 3,
+                    ..Default::default()
+                },
+            ),
+            (
+                &paper,
+                TurnAccumulator {
+                    mantissa: f64::INFINITY,
+                    count: 3,
+                    ..Default::default()
+                },
+            ),
+            (
+                &paper,
+                TurnAccumulator {
+                    mantissa: 1.5,
+                    exponent: i64::MAX / 2,
+                    count: 1,
+                    ..Default::default()
+                },
+            ),
+            (
+                &released,
+                TurnAccumulator {
+                    sum: f64::NAN,
+                    count_after_skip: 2,
+                    ..Default::default()
+                },
+            ),
+            (
+                &released,
+                TurnAccumulator {
+                    sum: 1e300,
+                    count_after_skip: 1,
+                    ..Default::default()
+                },
+            ),
+        ] {
+            assert_eq!(acc.phi(cfg), Err(Error::BadAccumulator), "{acc:?}");
+        }
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub enum Event {
     Converged = 1,
     /// The think budget `L_max` was reached.
     Budget = 2,
+    /// Reported by an accept, not an observe: the model closed think itself on the step TTI
+    /// fired, so its own close stands and the forced queue was dropped.
+    ModelClosed = 3,
 }
 
 /// The outcome of one observed decode step (`t2po_step`).
@@ -88,7 +91,11 @@ impl Step {
 
     /// Applies the decision to a logits row: with a forced token, every entry becomes `−inf`
     /// except the forced one, which becomes 0. Returns whether the row changed.
+    /// A `forced_token` below −1 is [`Error::BadForcedToken`].
     pub fn apply<T: Logit>(&self, row: &mut [T]) -> Result<bool, Error> {
+        if self.forced_token < -1 {
+            return Err(Error::BadForcedToken(self.forced_token));
+        }
         let Some(token) = self.forced() else {
             return Ok(false);
         };
@@ -376,6 +383,42 @@ impl Sequence {
             self.think_len = self.think_len.saturating_add(1);
         }
         Ok(())
+    }
+
+    /// [`accept`](Self::accept) of every prompt token, in order, before
+    /// [`begin_generation`](Self::begin_generation); during a generation it is
+    /// [`Error::Order`] and changes nothing.
+    pub fn accept_prompt(&mut self, tokens: &[u32]) -> Result<(), Error> {
+        if self.flags & SEQ_GENERATING != 0 {
+            return Err(Error::Order(
+                "accept_prompt during a generation: reset first",
+            ));
+        }
+        for &token in tokens {
+            self.accept(token)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the prompt tokens accepted since the last reset left the sequence inside think
+    /// (what [`ThinkStart::FromPrompt`] starts from).
+    pub fn prompt_inside_think(&self) -> bool {
+        self.flags & SEQ_PROMPT_INSIDE != 0
+    }
+
+    /// Whether TTI can still fire in this generation now: TTI enabled, generating, inside think,
+    /// not fired and the think block not closed. False after `begin_generation` outside think
+    /// means TTI, the `L_max` bound included, stays off until the model opens think itself.
+    pub fn tti_armed(&self) -> bool {
+        self.config.tti_enabled != 0
+            && self.flags & (SEQ_GENERATING | SEQ_INSIDE) == SEQ_GENERATING | SEQ_INSIDE
+            && self.flags & (SEQ_FIRED | SEQ_DONE) == 0
+    }
+
+    /// Whether TTI fired and the model closed think itself on the firing step, so the forced
+    /// queue was dropped (no forced token was handed out).
+    pub fn queue_dropped(&self) -> bool {
+        self.flags & SEQ_FIRED != 0 && self.flags & SEQ_QUEUE == 0 && self.queue_pos == 0
     }
 
     /// Φ of the generation so far (spec §4).

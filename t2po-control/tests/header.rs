@@ -8,6 +8,72 @@
 
 use std::path::{Path, PathBuf};
 
+/// Rust names that doc links in the exported items point at, and what a C reader calls them.
+const C_NAMES: &[(&str, &str)] = &[
+    ("Config::for_profile", "t2po_config_default"),
+    ("Config::paper", "t2po_config_default(T2PO_PROFILE_PAPER)"),
+    (
+        "Config::released",
+        "t2po_config_default(T2PO_PROFILE_RELEASED)",
+    ),
+    ("Config::validate", "t2po_config_validate"),
+    ("Sequence::accept", "t2po_seq_accept"),
+    ("Tds::decide", "t2po_tds_decide"),
+    ("Tds::commit", "t2po_tds_commit"),
+    ("Tds::begin_episode", "t2po_tds_begin_episode"),
+    ("Self::reset", "t2po_seq_reset"),
+    ("Self::accept", "t2po_seq_accept"),
+    ("Self::begin_generation", "t2po_seq_begin_generation"),
+    ("Self::observe_row", "t2po_seq_observe_f32"),
+    ("Self::observe", "t2po_seq_observe_stats"),
+    ("Self::turn_signal", "t2po_seq_turn_signal"),
+    ("Norm", "t2po_norm"),
+    ("Term", "t2po_term"),
+    ("Trigger", "t2po_trigger"),
+    ("TurnMean", "t2po_turn_mean"),
+    ("TdsRule", "t2po_tds_rule"),
+    ("Keep", "t2po_keep"),
+    ("Event", "t2po_event"),
+    ("Status", "t2po_status"),
+    ("t2po_seq_observe_f32", "t2po_seq_observe_f32"),
+    ("t2po_seq_observe_batch_f32", "t2po_seq_observe_batch_f32"),
+    ("t2po_step_apply_f32", "t2po_step_apply_f32"),
+];
+
+/// Rewrites rustdoc links (`` [`x`] `` and `` [`x`](target) ``) in the generated comments as
+/// plain `` `c_name` ``: the header is read by C programmers, not rustdoc. A link whose target
+/// has no C name in [`C_NAMES`] fails the test, so a new one gets a name here.
+fn plain_links(header: &str) -> String {
+    let mut out = String::with_capacity(header.len());
+    let mut rest = header;
+    while let Some(start) = rest.find("[`") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find("`]").unwrap_or_else(|| {
+            panic!("unclosed doc link near {:?}", &after[..after.len().min(40)])
+        });
+        let text = &after[..end];
+        let mut tail = &after[end + 2..];
+        let mut target = text;
+        if let Some(stripped) = tail.strip_prefix('(') {
+            let close = stripped.find(')').expect("doc link target closes");
+            target = &stripped[..close];
+            tail = &stripped[close + 1..];
+        }
+        let c_name = C_NAMES
+            .iter()
+            .find(|(rust, _)| *rust == target)
+            .map(|(_, c)| *c)
+            .unwrap_or_else(|| panic!("doc link to `{target}` has no C name in C_NAMES"));
+        out.push('`');
+        out.push_str(c_name);
+        out.push('`');
+        rest = tail;
+    }
+    out.push_str(rest);
+    out
+}
+
 fn generate(crate_dir: &Path, config: cbindgen::Config) -> String {
     let bindings = cbindgen::Builder::new()
         .with_crate(crate_dir)
@@ -16,7 +82,12 @@ fn generate(crate_dir: &Path, config: cbindgen::Config) -> String {
         .expect("cbindgen generates the header");
     let mut fresh = Vec::new();
     bindings.write(&mut fresh);
-    String::from_utf8(fresh).expect("header is UTF-8")
+    let fresh = plain_links(&String::from_utf8(fresh).expect("header is UTF-8"));
+    assert!(
+        !fresh.contains("[`") && !fresh.contains("](") && !fresh.contains("Self::"),
+        "rustdoc link syntax left in a generated header"
+    );
+    fresh
 }
 
 fn check(crate_dir: &Path, name: &str, fresh: &str) {
@@ -62,7 +133,8 @@ fn committed_types_header_matches_cbindgen() {
     );
     let fresh = generate(&crate_dir, cfg);
     assert!(
-        !fresh.contains("t2po_seq_observe_f32") && fresh.contains("T2PO_SEQ_AWAITING_ACCEPT"),
+        !fresh.contains("t2po_status t2po_seq_observe_f32(")
+            && fresh.contains("T2PO_SEQ_AWAITING_ACCEPT"),
         "the types header holds the flag constants and no function"
     );
     check(&crate_dir, "t2po_types.h", &fresh);

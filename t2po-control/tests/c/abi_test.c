@@ -1,7 +1,8 @@
 /* A real C engine loop against include/t2po.h, built by tests/c_abi.rs with
  * -fsanitize=address,undefined and linked with the static library.
  * Covers: a full decode loop with a TTI forced stop (f32, bf16, f16 rows, batched), TDS over
- * turns, and every error path of the ABI. Prints "c abi: N checks passed" on success. */
+ * turns, and every error path of the ABI; the version and layout queries a binding checks at
+ * load, the bulk prompt accept, the TTI-armed flag, the model-closed event and TDS counters. Prints "c abi: N checks passed" on success. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -352,7 +353,191 @@ static void error_paths(void) {
   CHECK(strlen(t2po_status_message(9999)) > 0);
 }
 
+/* What a binding in another language checks at load and relies on. */
+static void layout_and_version(void) {
+  CHECK(t2po_version() == T2PO_ABI_VERSION);
+#define LAYOUT(T, size_fn, align_fn) \
+  CHECK(size_fn() == sizeof(T) && align_fn() == _Alignof(T))
+  LAYOUT(t2po_seq, t2po_seq_size, t2po_seq_align);
+  LAYOUT(t2po_tds, t2po_tds_size, t2po_tds_align);
+  LAYOUT(t2po_config, t2po_config_size, t2po_config_align);
+  LAYOUT(t2po_token_stats, t2po_token_stats_size, t2po_token_stats_align);
+  LAYOUT(t2po_step, t2po_step_size, t2po_step_align);
+  LAYOUT(t2po_seq_info, t2po_seq_info_size, t2po_seq_info_align);
+  LAYOUT(t2po_tds_verdict, t2po_tds_verdict_size, t2po_tds_verdict_align);
+  LAYOUT(t2po_tds_counters, t2po_tds_counters_size, t2po_tds_counters_align);
+#undef LAYOUT
+}
+
+static void prompt_and_events(void) {
+  t2po_config cfg = test_config();
+  t2po_seq seq;
+  t2po_seq_info info;
+  t2po_step step;
+  float row[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_STATUS(t2po_seq_init(&seq, &cfg), T2PO_STATUS_OK);
+
+  /* A prompt without <think>: TTI is visibly off after FROM_PROMPT. */
+  const uint32_t plain[3] = {1, 2, 3};
+  EXPECT_STATUS(t2po_seq_accept_prompt(&seq, plain, 3), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_FROM_PROMPT), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.tti_armed == 0 && info.prompt_inside_think == 0 && info.inside_think == 0);
+  /* ... and the bulk accept is refused while generating, changing nothing. */
+  t2po_seq_info before;
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &before), T2PO_STATUS_OK);
+  const uint32_t think[1] = {10};
+  EXPECT_STATUS(t2po_seq_accept_prompt(&seq, think, 1), T2PO_STATUS_OUT_OF_ORDER);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.prompt_inside_think == before.prompt_inside_think &&
+        info.inside_think == before.inside_think && info.generated == before.generated);
+
+  /* The prompt ending in <think>, in one call: armed; n == 0 with NULL is an empty prompt. */
+  EXPECT_STATUS(t2po_seq_reset(&seq), T2PO_STATUS_OK);
+  const uint32_t prompt[4] = {1, 2, 3, 10};
+  EXPECT_STATUS(t2po_seq_accept_prompt(&seq, prompt, 4), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_accept_prompt(&seq, NULL, 0), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_accept_prompt(&seq, NULL, 2), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_seq_accept_prompt(NULL, prompt, 4), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_FROM_PROMPT), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.tti_armed == 1 && info.prompt_inside_think == 1 && info.inside_think == 1);
+
+  /* tti_enabled = 0: inside think, but not armed. */
+  t2po_config off = cfg;
+  off.tti_enabled = 0;
+  t2po_seq quiet;
+  EXPECT_STATUS(t2po_seq_init(&quiet, &off), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_begin_generation(&quiet, T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&quiet, &info), T2PO_STATUS_OK);
+  CHECK(info.tti_armed == 0 && info.inside_think == 1);
+
+  /* The model closes </think> itself on the firing step: MODEL_CLOSED, queue dropped. */
+  cfg.min_len = 0;
+  cfg.max_think = 1;
+  EXPECT_STATUS(t2po_seq_init(&seq, &cfg), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OK);
+  CHECK(step.event == T2PO_EVENT_BUDGET);
+  uint32_t event = 99;
+  EXPECT_STATUS(t2po_seq_accept_event(&seq, 11, NULL), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_seq_accept_event(&seq, 11, &event), T2PO_STATUS_OK);
+  CHECK(event == T2PO_EVENT_MODEL_CLOSED);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.queue_dropped == 1 && info.forcing == 0 && info.tti_armed == 0);
+  EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OK);
+  CHECK(step.forced_token == -1);
+  EXPECT_STATUS(t2po_seq_accept_event(&seq, 5, &event), T2PO_STATUS_OK);
+  CHECK(event == T2PO_EVENT_NONE); /* reported once */
+
+  /* The queue served in full is not "dropped". */
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_accept_event(&seq, 5, &event), T2PO_STATUS_OK);
+  CHECK(event == T2PO_EVENT_NONE);
+  for (int k = 0; k < 3; k++) {
+    EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OK);
+    CHECK(step.forced_token == 11 + k);
+    EXPECT_STATUS(t2po_seq_accept_event(&seq, (uint32_t)step.forced_token, &event), T2PO_STATUS_OK);
+    CHECK(event == T2PO_EVENT_NONE);
+  }
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.queue_dropped == 0 && info.fired_event == T2PO_EVENT_BUDGET);
+
+  /* Negative forced tokens other than -1 are refused, the row untouched. */
+  t2po_step bad = {.forced_token = -2};
+  EXPECT_STATUS(t2po_step_apply_f32(&bad, row, 8), T2PO_STATUS_BAD_FORCED_TOKEN);
+  bad.forced_token = INT32_MIN;
+  uint16_t hrow[2] = {0x3F80, 0x3F80};
+  EXPECT_STATUS(t2po_step_apply_bf16(&bad, hrow, 2), T2PO_STATUS_BAD_FORCED_TOKEN);
+  EXPECT_STATUS(t2po_step_apply_f16(&bad, hrow, 2), T2PO_STATUS_BAD_FORCED_TOKEN);
+  CHECK(row[0] == 0.0f && row[7] == 7.0f && hrow[0] == 0x3F80);
+}
+
+/* Explained validation: the message names the field. */
+static void explain(void) {
+  t2po_config cfg;
+  char msg[160];
+  EXPECT_STATUS(t2po_config_default(T2PO_PROFILE_RELEASED, &cfg), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_config_explain(&cfg, msg, sizeof msg), T2PO_STATUS_OK);
+  CHECK(strcmp(msg, "ok") == 0);
+  cfg.alpha = 1.5f;
+  EXPECT_STATUS(t2po_config_explain(&cfg, msg, sizeof msg), T2PO_STATUS_BAD_ALPHA);
+  CHECK(strncmp(msg, "alpha = 1.5", 11) == 0);
+  cfg.alpha = 0.4f;
+  cfg.eta = -1.0f;
+  EXPECT_STATUS(t2po_config_explain(&cfg, msg, sizeof msg), T2PO_STATUS_BAD_TOLERANCE);
+  CHECK(strncmp(msg, "eta = -1", 8) == 0);
+  /* Truncated to the buffer, always NUL-terminated; a zero capacity is a size error. */
+  char small[6];
+  memset(small, 'x', sizeof small);
+  EXPECT_STATUS(t2po_config_explain(&cfg, small, sizeof small), T2PO_STATUS_BAD_TOLERANCE);
+  CHECK(strcmp(small, "eta =") == 0);
+  EXPECT_STATUS(t2po_config_explain(&cfg, small, 0), T2PO_STATUS_BAD_SIZE);
+  EXPECT_STATUS(t2po_config_explain(NULL, msg, sizeof msg), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_config_explain(&cfg, NULL, sizeof msg), T2PO_STATUS_NULL_POINTER);
+}
+
+/* TDS counters, and Φ from a corrupted accumulator. */
+static void counters_and_corruption(void) {
+  t2po_config cfg;
+  EXPECT_STATUS(t2po_config_default(T2PO_PROFILE_PAPER, &cfg), T2PO_STATUS_OK);
+  t2po_tds tds;
+  t2po_tds_verdict v;
+  t2po_tds_counters c;
+  EXPECT_STATUS(t2po_tds_init(&tds, &cfg), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_tds_get_counters(&tds, &c), T2PO_STATUS_OK);
+  CHECK(c.turns == 0 && c.resamples == 0 && c.tries == 0);
+  EXPECT_STATUS(t2po_tds_decide(&tds, 0.5f, &v), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_tds_commit(&tds), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_tds_decide(&tds, 0.52f, &v), T2PO_STATUS_OK);
+  CHECK(v.resample == 1);
+  EXPECT_STATUS(t2po_tds_get_counters(&tds, &c), T2PO_STATUS_OK);
+  CHECK(c.turns == 1 && c.resamples == 0 && c.tries == 1);
+  EXPECT_STATUS(t2po_tds_decide(&tds, 0.9f, &v), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_tds_commit(&tds), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_tds_get_counters(&tds, &c), T2PO_STATUS_OK);
+  CHECK(c.turns == 2 && c.resamples == 1 && c.tries == 0);
+  EXPECT_STATUS(t2po_tds_get_counters(&tds, NULL), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_tds_get_counters(NULL, &c), T2PO_STATUS_NULL_POINTER);
+
+  /* Corrupt the turn accumulator of a valid state (the magic intact), as a caller writing
+   * through the header's private fields could: Φ is an error, not a NaN with status 0. */
+  t2po_seq seq;
+  float row[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  t2po_step step;
+  float phi;
+  EXPECT_STATUS(t2po_seq_init(&seq, &cfg), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_OUTSIDE), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_accept(&seq, 5), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_OK);
+  CHECK(isfinite(phi));
+  t2po_seq good = seq;
+  seq.turn.mantissa = NAN;
+  phi = 123.0f;
+  EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_BAD_ACCUMULATOR);
+  CHECK(phi == 123.0f);
+  seq = good;
+  seq.turn.exponent = INT64_MAX / 2; /* Φ = exp(huge) = inf */
+  EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_BAD_ACCUMULATOR);
+  /* Released profile: the arithmetic sum. */
+  EXPECT_STATUS(t2po_config_default(T2PO_PROFILE_RELEASED, &cfg), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_init(&seq, &cfg), T2PO_STATUS_OK);
+  seq.turn.count_after_skip = 3;
+  seq.turn.sum = INFINITY;
+  EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_BAD_ACCUMULATOR);
+  CHECK(phi == 123.0f);
+  phi = 123.0f;
+  EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_BAD_ACCUMULATOR);
+  CHECK(phi == 123.0f);
+}
+
 int main(void) {
+  layout_and_version();
+  prompt_and_events();
+  explain();
+  counters_and_corruption();
   full_loops();
   batched();
   tds_turns();
