@@ -1358,8 +1358,8 @@ mod tests {
                 &[h, w, tg],
                 &[true, true, false],
                 |t| {
-                    let (lp, h) = lm_head_log_prob_entropy(&t[0], &t[1], &t[2], temperature)
-                        .unwrap();
+                    let (lp, h) =
+                        lm_head_log_prob_entropy(&t[0], &t[1], &t[2], temperature).unwrap();
                     both(lp, h)
                 },
                 |t| {

@@ -4,8 +4,8 @@
 //! sampling draws one token from the row's own generator; then `accept(token)`.
 
 use rand::Rng;
-use rayon::prelude::*;
 use rand_chacha::ChaCha12Rng;
+use rayon::prelude::*;
 use t2po_control::{observe_batch, Event, Sequence, Step};
 
 use crate::error::{Error, Result};
