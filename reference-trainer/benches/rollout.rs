@@ -6,7 +6,7 @@
 //! over the same rows), which separate on/off runs on a shared machine are too noisy to show.
 //!
 //! `cargo bench -p reference-trainer --bench rollout [-- --json] [-- --quick]`
-//! (`benches/rollout_vs_torch.py` runs it next to PyTorch and prints the ratios.)
+//! (`benches/speed_vs_torch.py` runs it next to PyTorch and prints the ratios.)
 
 use std::time::Instant;
 
