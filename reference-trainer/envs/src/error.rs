@@ -1,13 +1,12 @@
 //! The library's error types: the fallible public functions return these, the retrieval's
 //! [`RetrievalError`](crate::search_qa::retriever::RetrievalError) or the corpus reader's
 //! [`CorpusError`](crate::search_qa::corpus_file::CorpusError); `anyhow` is for the binaries.
-//! (Not yet: the ALFWorld game-file functions in [`crate::alfworld::game`], which are being
-//! rewritten for the real engine's format.)
 
 use std::path::{Path, PathBuf};
 
-/// A data file (WebShop items, Search QA corpus or questions) could not be read or written.
-/// Every variant names the file, and where in it when the content is at fault.
+/// A data file (WebShop items, Search QA corpus or questions, an ALFWorld game folder or the
+/// game logic) could not be read or written. Every variant names the file, and where in it when
+/// the content is at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// Opening, creating, reading or writing the file failed.
@@ -48,6 +47,26 @@ pub enum LoadError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An s-expression (PDDL) held in the file does not parse.
+    #[error("{}: {what}: {source}", path.display())]
+    Sexp {
+        /// The file.
+        path: PathBuf,
+        /// Which text of the file (`pddl_problem` of a `game.tw-pddl`).
+        what: &'static str,
+        /// Where and why the parser stopped.
+        #[source]
+        source: ParseError,
+    },
+    /// The file parses but does not describe what it must (an ALFWorld game without an
+    /// `:init`, a receptacle without a location, a grammar without its task placeholder).
+    #[error("{}: {reason}", path.display())]
+    Game {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 impl LoadError {
@@ -85,7 +104,57 @@ impl LoadError {
         match self {
             LoadError::Io { path, .. }
             | LoadError::Json { path, .. }
-            | LoadError::Field { path, .. } => path,
+            | LoadError::Field { path, .. }
+            | LoadError::Sexp { path, .. }
+            | LoadError::Game { path, .. } => path,
+        }
+    }
+}
+
+/// An s-expression ([`crate::alfworld::game::parse_sexp`]) is malformed. Every variant but
+/// [`ParseError::Empty`] names the byte offset in the text where the parser stopped.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// A `)` with no open list.
+    #[error("unbalanced ')' at byte {offset}")]
+    UnbalancedClose {
+        /// Byte offset of the `)`.
+        offset: usize,
+    },
+    /// A list closes after the first top-level expression was complete.
+    #[error("a second expression at byte {offset}")]
+    SecondExpression {
+        /// Byte offset of the `)` that closes the second expression.
+        offset: usize,
+    },
+    /// An atom at the top level, outside every list.
+    #[error("an atom outside any list at byte {offset}")]
+    AtomOutsideList {
+        /// Byte offset of the atom's first byte.
+        offset: usize,
+    },
+    /// The text ends with lists still open.
+    #[error("{open} unclosed '(' at the end (the outermost at byte {offset})")]
+    Unclosed {
+        /// How many lists are open.
+        open: usize,
+        /// Byte offset of the outermost unclosed `(`.
+        offset: usize,
+    },
+    /// The text holds no expression (empty, blanks or comments only).
+    #[error("no expression")]
+    Empty,
+}
+
+impl ParseError {
+    /// The byte offset the error is at (`None` for [`ParseError::Empty`]).
+    pub fn offset(&self) -> Option<usize> {
+        match self {
+            ParseError::UnbalancedClose { offset }
+            | ParseError::SecondExpression { offset }
+            | ParseError::AtomOutsideList { offset }
+            | ParseError::Unclosed { offset, .. } => Some(*offset),
+            ParseError::Empty => None,
         }
     }
 }

@@ -30,7 +30,7 @@ pub mod rng;
 pub mod search_qa;
 pub mod webshop;
 
-pub use error::{EnvError, LoadError};
+pub use error::{EnvError, LoadError, ParseError};
 
 /// What the environment shows after `reset` or a step.
 #[derive(Clone, Debug, PartialEq)]

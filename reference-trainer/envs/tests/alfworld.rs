@@ -9,7 +9,7 @@ use t2po_envs::alfworld::game::{
 };
 use t2po_envs::alfworld::world::TaskType;
 use t2po_envs::alfworld::AlfworldEnv;
-use t2po_envs::{is_strict_format, run_expert_episode, Env, HistoryEntry};
+use t2po_envs::{is_strict_format, run_expert_episode, Env, HistoryEntry, LoadError, ParseError};
 
 /// Plays every game with the expert, checking that every response is a strict-format, valid
 /// full response; returns (successes, games) per task type and the failures.
@@ -517,6 +517,183 @@ fn old_put_grammar_and_filters() {
     assert!(
         err.contains("game.tw-pddl") && err.contains("unclosed"),
         "{err}"
+    );
+}
+
+/// Replaces the fixture's `game.tw-pddl` with one holding `problem` as its `pddl_problem`.
+fn write_problem(dir: &std::path::Path, problem: &str) -> std::path::PathBuf {
+    let path = dir.join("game.tw-pddl");
+    let tw = serde_json::json!({"grammar": "", "pddl_problem": problem, "solvable": true});
+    std::fs::write(&path, tw.to_string()).unwrap();
+    path
+}
+
+/// Every way a game folder can be broken gives its own `LoadError` variant, and the message
+/// names the file and what is wrong with it (the byte offset for a PDDL syntax error).
+#[test]
+fn load_errors_are_typed_and_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let game_dir = dir
+        .path()
+        .join("pick_cool_then_place_in_recep-Apple-None-SideTable-12/trial_T2");
+    write_fixture(&game_dir, "You move the {o} to the {r}.");
+    let tw_path = game_dir.join("game.tw-pddl");
+
+    // A missing game.tw-pddl: an I/O error on that file.
+    let good = std::fs::read_to_string(&tw_path).unwrap();
+    std::fs::remove_file(&tw_path).unwrap();
+    let err = load_game_dir(&game_dir).unwrap_err();
+    match &err {
+        LoadError::Io {
+            path,
+            action,
+            source,
+        } => {
+            assert_eq!(path, &tw_path);
+            assert_eq!(*action, "read");
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        }
+        other => panic!("expected LoadError::Io, got {other:?}"),
+    }
+    assert_eq!(err.path(), tw_path);
+    assert!(
+        err.to_string().contains(&tw_path.display().to_string()),
+        "{err}"
+    );
+
+    // Not JSON: where in the file.
+    std::fs::write(&tw_path, "{\"solvable\": true,\n  oops}").unwrap();
+    let err = load_game_dir(&game_dir).unwrap_err();
+    match &err {
+        LoadError::Json { path, line, .. } => {
+            assert_eq!(path, &tw_path);
+            assert_eq!(*line, 2);
+        }
+        other => panic!("expected LoadError::Json, got {other:?}"),
+    }
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{}: line 2", tw_path.display())),
+        "{err}"
+    );
+
+    // No pddl_problem string.
+    std::fs::write(&tw_path, "{\"solvable\": true, \"pddl_problem\": 3}").unwrap();
+    let err = load_game_dir(&game_dir).unwrap_err();
+    assert!(
+        matches!(&err, LoadError::Game { path, reason }
+        if path == &tw_path && reason.contains("pddl_problem")),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&tw_path.display().to_string()),
+        "{err}"
+    );
+
+    // PDDL syntax errors, each with its byte offset.
+    for (problem, expected, shown) in [
+        (
+            "(define (problem p) (:init (a b)))) ",
+            ParseError::UnbalancedClose { offset: 34 },
+            "unbalanced ')' at byte 34",
+        ),
+        (
+            "(define (problem p)\n  (:init (a b)",
+            ParseError::Unclosed { open: 2, offset: 0 },
+            "2 unclosed '(' at the end (the outermost at byte 0)",
+        ),
+        ("  ; only a comment\n", ParseError::Empty, "no expression"),
+        (
+            "(define) (:init)",
+            ParseError::SecondExpression { offset: 15 },
+            "a second expression at byte 15",
+        ),
+        (
+            "(define) init",
+            ParseError::AtomOutsideList { offset: 9 },
+            "an atom outside any list at byte 9",
+        ),
+    ] {
+        write_problem(&game_dir, problem);
+        let err = load_game_dir(&game_dir).unwrap_err();
+        match &err {
+            LoadError::Sexp { path, what, source } => {
+                assert_eq!(path, &tw_path);
+                assert_eq!(*what, "pddl_problem");
+                assert_eq!(source, &expected, "{problem:?}");
+            }
+            other => panic!("{problem:?}: expected LoadError::Sexp, got {other:?}"),
+        }
+        assert_eq!(
+            err.to_string(),
+            format!("{}: pddl_problem: {shown}", tw_path.display())
+        );
+        // The byte offset points at the offending byte of the text.
+        if let Some(at) = expected.offset() {
+            let byte = problem.as_bytes()[at];
+            assert!(
+                matches!(byte, b'(' | b')' | b'i'),
+                "{problem:?} at {at}: {byte}"
+            );
+        }
+    }
+
+    // Parses, but is not a game: no :init, a receptacle without a location, no receptacle.
+    for (problem, reason) in [
+        ("(define (problem p) (:objects a))", "no :init"),
+        (
+            "(define (problem p) (:init (receptacleType Shelf_1 ShelfType)))",
+            "receptacle Shelf_1 has no receptacleAtLocation",
+        ),
+        (
+            "(define (problem p) (:init (atLocation agent1 loc_1)))",
+            "no receptacle in :init",
+        ),
+    ] {
+        write_problem(&game_dir, problem);
+        let err = load_game_dir(&game_dir).unwrap_err();
+        assert!(
+            matches!(&err, LoadError::Game { path, reason: r } if path == &tw_path && r.contains(reason)),
+            "{problem:?}: {err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{}: ", tw_path.display())),
+            "{err}"
+        );
+    }
+
+    // The good file loads again; a broken traj_data.json is named as such.
+    std::fs::write(&tw_path, &good).unwrap();
+    assert!(load_game_dir(&game_dir).unwrap().is_some());
+    let traj_path = game_dir.join("traj_data.json");
+    std::fs::write(&traj_path, "[").unwrap();
+    let err = load_game_dir(&game_dir).unwrap_err();
+    assert!(
+        matches!(&err, LoadError::Json { path, .. } if path == &traj_path),
+        "{err:?}"
+    );
+
+    // load_split: a missing root is an I/O error naming it; a broken game folder under the
+    // root is that folder's error.
+    let missing = dir.path().join("no-such-split");
+    let err = load_split(&missing).unwrap_err();
+    assert!(
+        matches!(&err, LoadError::Io { path, action: "read", .. } if path == &missing),
+        "{err:?}"
+    );
+    let err = load_split(dir.path()).unwrap_err();
+    assert_eq!(err.path(), traj_path);
+
+    // write_game_dir: a folder that cannot be created (a file is in the way).
+    let blocked = dir.path().join("a-file");
+    std::fs::write(&blocked, "x").unwrap();
+    let game = generate_split(Split::ValidSeen, 1, 4).remove(0);
+    let target = blocked.join("game");
+    let err = write_game_dir(&game, &target, &stand_in_logic()).unwrap_err();
+    assert!(
+        matches!(&err, LoadError::Io { path, action: "create", .. } if path == &target),
+        "{err:?}"
     );
 }
 

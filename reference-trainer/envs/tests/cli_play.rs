@@ -284,4 +284,38 @@ fn alfworld_game_folder_errors_name_the_folder() {
     let missing = dir.path().join("nope").display().to_string();
     let (code, _, err) = run_in(dir.path(), &["play", "alfworld", "--games", &missing]);
     assert!(code == 1 && err.contains(&missing), "{err}");
+    // A game whose PDDL does not parse: the file, the field and the byte offset.
+    let game = empty.join("pick_and_place_simple-Apple-None-Shelf-1/trial_T1");
+    std::fs::create_dir_all(&game).unwrap();
+    let tw = game.join("game.tw-pddl");
+    std::fs::write(
+        &tw,
+        r#"{"solvable": true, "pddl_problem": "(define (:init (a)))) "}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        game.join("traj_data.json"),
+        r#"{"task_type": "pick_and_place_simple"}"#,
+    )
+    .unwrap();
+    let (code, _, err) = run_in(dir.path(), &["play", "alfworld", "--games", &e]);
+    assert!(
+        code == 1
+            && err.contains(&format!(
+                "{}: pddl_problem: unbalanced ')' at byte 20",
+                tw.display()
+            ))
+            && err.matches("unbalanced").count() == 1,
+        "{err}"
+    );
+    // Not JSON: the parser's message is said once, not once per cause in the chain.
+    std::fs::remove_file(&tw).unwrap();
+    std::fs::write(&tw, "{").unwrap();
+    let (code, _, err) = run_in(dir.path(), &["play", "alfworld", "--games", &e]);
+    assert!(
+        code == 1
+            && err.contains(&format!("{}: line 1", tw.display()))
+            && err.matches("EOF while parsing").count() == 1,
+        "{err}"
+    );
 }

@@ -9,8 +9,8 @@ use super::vocab::{self, Room};
 use super::world::{
     engine_key, number_names, Object, PutGrammar, Receptacle, Task, TaskType, World,
 };
+use crate::error::{LoadError, ParseError};
 use crate::rng::Rng;
-use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -409,10 +409,15 @@ impl Sexp {
     }
 }
 
-/// Parses one s-expression (PDDL; `;` comments skipped). Errors name the byte offset.
-pub fn parse_sexp(text: &str) -> Result<Sexp> {
+/// Parses one s-expression (PDDL; `;` comments skipped).
+///
+/// # Errors
+/// A [`ParseError`] naming the byte offset where the text stops being one balanced
+/// expression (or [`ParseError::Empty`] when it holds none).
+pub fn parse_sexp(text: &str) -> Result<Sexp, ParseError> {
     let bytes = text.as_bytes();
-    let mut stack: Vec<Vec<Sexp>> = Vec::new();
+    // Each open list with the byte offset of its `(`.
+    let mut stack: Vec<(usize, Vec<Sexp>)> = Vec::new();
     let mut i = 0;
     let mut done: Option<Sexp> = None;
     while i < bytes.len() {
@@ -424,16 +429,16 @@ pub fn parse_sexp(text: &str) -> Result<Sexp> {
                 }
                 continue;
             }
-            b'(' => stack.push(Vec::new()),
+            b'(' => stack.push((i, Vec::new())),
             b')' => {
-                let list = stack
+                let (_, list) = stack
                     .pop()
-                    .ok_or_else(|| anyhow!("unbalanced ')' at byte {i}"))?;
+                    .ok_or(ParseError::UnbalancedClose { offset: i })?;
                 match stack.last_mut() {
-                    Some(parent) => parent.push(Sexp::List(list)),
+                    Some((_, parent)) => parent.push(Sexp::List(list)),
                     None => {
                         if done.is_some() {
-                            bail!("a second expression at byte {i}");
+                            return Err(ParseError::SecondExpression { offset: i });
                         }
                         done = Some(Sexp::List(list));
                     }
@@ -451,18 +456,21 @@ pub fn parse_sexp(text: &str) -> Result<Sexp> {
                 }
                 let atom = Sexp::Atom(text[start..i].to_string());
                 match stack.last_mut() {
-                    Some(parent) => parent.push(atom),
-                    None => bail!("an atom outside any list at byte {start}"),
+                    Some((_, parent)) => parent.push(atom),
+                    None => return Err(ParseError::AtomOutsideList { offset: start }),
                 }
                 continue;
             }
         }
         i += 1;
     }
-    if !stack.is_empty() {
-        bail!("{} unclosed '(' at the end", stack.len());
+    if let Some(&(offset, _)) = stack.first() {
+        return Err(ParseError::Unclosed {
+            open: stack.len(),
+            offset,
+        });
     }
-    done.ok_or_else(|| anyhow!("no expression"))
+    done.ok_or(ParseError::Empty)
 }
 
 /// `Apple_bar__minus_01_dot_75` → `Apple|-01.75`.
@@ -490,25 +498,37 @@ fn find_section<'a>(define: &'a [Sexp], key: &str) -> Option<&'a [Sexp]> {
         .find(|l| l.first().and_then(Sexp::atom) == Some(key))
 }
 
+/// Reads a whole JSON file (`expected`: what it must hold, for the error).
+fn read_json(path: &Path, expected: &'static str) -> Result<Value, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(LoadError::io(path, "read"))?;
+    serde_json::from_str(&text).map_err(|e| LoadError::json(path, None, expected, e))
+}
+
+/// A [`LoadError::Game`] about `path`.
+fn game_error(path: &Path, reason: impl Into<String>) -> LoadError {
+    LoadError::Game {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
 /// Loads one game folder (`game.tw-pddl` + `traj_data.json`). `Ok(None)` when the original's
 /// filters drop it (`movable`/`Sliced` in the path, a task type outside the six, unsolvable).
-pub fn load_game_dir(dir: &Path) -> Result<Option<Game>> {
+///
+/// # Errors
+/// [`LoadError::Io`] when a file cannot be read, [`LoadError::Json`] when one is not JSON,
+/// [`LoadError::Sexp`] when `pddl_problem` does not parse, and [`LoadError::Game`] when the
+/// game lacks what it must have (`pddl_problem`, `:init`, a receptacle, a receptacle's
+/// location). Each names the file.
+pub fn load_game_dir(dir: &Path) -> Result<Option<Game>, LoadError> {
     let path_text = dir.display().to_string();
     if path_text.contains("movable") || path_text.contains("Sliced") {
         return Ok(None);
     }
     let tw_path = dir.join("game.tw-pddl");
     let traj_path = dir.join("traj_data.json");
-    let tw: Value = serde_json::from_str(
-        &std::fs::read_to_string(&tw_path)
-            .with_context(|| format!("read {}", tw_path.display()))?,
-    )
-    .with_context(|| format!("{}: not JSON", tw_path.display()))?;
-    let traj: Value = serde_json::from_str(
-        &std::fs::read_to_string(&traj_path)
-            .with_context(|| format!("read {}", traj_path.display()))?,
-    )
-    .with_context(|| format!("{}: not JSON", traj_path.display()))?;
+    let tw = read_json(&tw_path, "a game.tw-pddl JSON object")?;
+    let traj = read_json(&traj_path, "a traj_data.json JSON object")?;
     if tw.get("solvable").and_then(Value::as_bool) != Some(true) {
         return Ok(None);
     }
@@ -522,15 +542,18 @@ pub fn load_game_dir(dir: &Path) -> Result<Option<Game>> {
     let problem = tw
         .get("pddl_problem")
         .and_then(Value::as_str)
-        .ok_or_else(|| anyhow!("{}: no \"pddl_problem\" string", tw_path.display()))?;
+        .ok_or_else(|| game_error(&tw_path, "no \"pddl_problem\" string"))?;
     let grammar = tw.get("grammar").and_then(Value::as_str).unwrap_or("");
-    let sexp =
-        parse_sexp(problem).with_context(|| format!("{}: pddl_problem", tw_path.display()))?;
+    let sexp = parse_sexp(problem).map_err(|source| LoadError::Sexp {
+        path: tw_path.clone(),
+        what: "pddl_problem",
+        source,
+    })?;
     let define = sexp
         .list()
-        .ok_or_else(|| anyhow!("pddl_problem is not a (define …) list"))?;
-    let init =
-        find_section(define, ":init").ok_or_else(|| anyhow!("{}: no :init", tw_path.display()))?;
+        .ok_or_else(|| game_error(&tw_path, "pddl_problem is not a (define …) list"))?;
+    let init = find_section(define, ":init")
+        .ok_or_else(|| game_error(&tw_path, "pddl_problem has no :init"))?;
     let params = traj.get("pddl_params").cloned().unwrap_or(Value::Null);
     let param = |k: &str| {
         params
@@ -547,7 +570,7 @@ pub fn load_game_dir(dir: &Path) -> Result<Option<Game>> {
         &param("parent_target"),
         &param("toggle_target"),
     )
-    .with_context(|| format!("{}", tw_path.display()))?;
+    .map_err(|reason| game_error(&tw_path, reason))?;
     let floor_plan = traj
         .get("scene")
         .and_then(|s| s.get("floor_plan"))
@@ -564,14 +587,18 @@ pub fn load_game_dir(dir: &Path) -> Result<Option<Game>> {
 }
 
 /// Finds every game folder under `root` (recursively) and loads the ones the filters keep.
-pub fn load_split(root: &Path) -> Result<Vec<Game>> {
+///
+/// # Errors
+/// [`LoadError::Io`] naming the folder that cannot be listed, or the first game folder's
+/// error ([`load_game_dir`]).
+pub fn load_split(root: &Path) -> Result<Vec<Game>, LoadError> {
     let mut games = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     let mut dirs = Vec::new();
     while let Some(d) = stack.pop() {
-        let entries = std::fs::read_dir(&d).with_context(|| format!("read {}", d.display()))?;
+        let entries = std::fs::read_dir(&d).map_err(LoadError::io(&d, "read"))?;
         for e in entries {
-            let p = e?.path();
+            let p = e.map_err(LoadError::io(&d, "read"))?.path();
             if p.is_dir() {
                 stack.push(p);
             } else if p.file_name().is_some_and(|n| n == "game.tw-pddl") {
@@ -595,7 +622,7 @@ fn world_from_facts(
     object: &str,
     recep: &str,
     toggle: &str,
-) -> Result<World> {
+) -> Result<World, String> {
     let mut rtype: BTreeMap<String, String> = BTreeMap::new();
     let mut otype: BTreeMap<String, String> = BTreeMap::new();
     let mut r_loc: HashMap<String, String> = HashMap::new();
@@ -645,7 +672,7 @@ fn world_from_facts(
     // Receptacles are entities with a receptacle type and no object type.
     let rec_ids: Vec<&String> = rtype.keys().filter(|r| !otype.contains_key(*r)).collect();
     if rec_ids.is_empty() {
-        bail!("no receptacle in :init");
+        return Err("no receptacle in :init".into());
     }
     let mut locations: BTreeMap<&str, usize> = BTreeMap::new();
     locations.insert(agent_loc.as_str(), 0);
@@ -654,7 +681,7 @@ fn world_from_facts(
     for r in &rec_ids {
         let loc = r_loc
             .get(*r)
-            .ok_or_else(|| anyhow!("receptacle {r} has no receptacleAtLocation"))?;
+            .ok_or_else(|| format!("receptacle {r} has no receptacleAtLocation"))?;
         let next = locations.len();
         let l = *locations.entry(loc.as_str()).or_insert(next);
         rec_index.insert(r.as_str(), receptacles.len());
@@ -770,20 +797,24 @@ pub struct GameLogic {
 
 impl GameLogic {
     /// Reads `alfred.pddl` and `alfred.twl2` from `dir`.
-    pub fn from_dir(dir: &Path) -> Result<Self> {
+    ///
+    /// # Errors
+    /// [`LoadError::Io`] naming the file that cannot be read; [`LoadError::Game`] naming
+    /// `alfred.twl2` when it has no `UNKNOWN GOAL` placeholder for the task sentence.
+    pub fn from_dir(dir: &Path) -> Result<Self, LoadError> {
         let read = |name: &str| {
             let path = dir.join(name);
-            std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))
+            std::fs::read_to_string(&path).map_err(LoadError::io(&path, "read"))
         };
         let logic = Self {
             pddl_domain: read("alfred.pddl")?,
             grammar: read("alfred.twl2")?,
         };
         if !logic.grammar.contains("UNKNOWN GOAL") {
-            bail!(
-                "{}: no `UNKNOWN GOAL` placeholder for the task sentence",
-                dir.join("alfred.twl2").display()
-            );
+            return Err(game_error(
+                &dir.join("alfred.twl2"),
+                "no `UNKNOWN GOAL` placeholder for the task sentence",
+            ));
         }
         Ok(logic)
     }
@@ -1057,14 +1088,13 @@ pub fn problem_pddl(w: &World, problem_id: &str) -> String {
 
 /// Writes `contents` to `path` through a temporary file in the same folder and a rename, so a
 /// reader never sees half a file.
-fn write_atomic(path: &Path, contents: &str) -> Result<()> {
+fn write_atomic(path: &Path, contents: &str) -> Result<(), LoadError> {
     let name = path
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().to_string());
     let tmp = path.with_file_name(format!(".{name}.tmp"));
-    std::fs::write(&tmp, contents).with_context(|| format!("write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))?;
-    Ok(())
+    std::fs::write(&tmp, contents).map_err(LoadError::io(&tmp, "write"))?;
+    std::fs::rename(&tmp, path).map_err(LoadError::io(path, "write"))
 }
 
 /// The `game.tw-pddl` text of a game, byte for byte as `alfworld-generate` writes it
@@ -1113,8 +1143,11 @@ pub fn expert_walkthrough(game: &Game) -> Option<Vec<String>> {
 /// `game.tw-pddl` as [`game_file_text`] (with the expert's walkthrough) and a `traj_data.json`
 /// with the fields the engine and `alfworld-generate` read (`task_type`, `pddl_params`,
 /// `scene`, `turk_annotations`).
-pub fn write_game_dir(game: &Game, dir: &Path, logic: &GameLogic) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+///
+/// # Errors
+/// [`LoadError::Io`] naming the folder or file that cannot be created or written.
+pub fn write_game_dir(game: &Game, dir: &Path, logic: &GameLogic) -> Result<(), LoadError> {
+    std::fs::create_dir_all(dir).map_err(LoadError::io(dir, "create"))?;
     let w = &game.world;
     let walkthrough = expert_walkthrough(game);
     write_atomic(
@@ -1133,11 +1166,10 @@ pub fn write_game_dir(game: &Game, dir: &Path, logic: &GameLogic) -> Result<()> 
         "scene": {"floor_plan": format!("FloorPlan{}", game.floor_plan)},
         "turk_annotations": {"anns": [{"task_desc": w.task.goal}]}
     });
-    write_atomic(
-        &dir.join("traj_data.json"),
-        &serde_json::to_string_pretty(&traj)?,
-    )?;
-    Ok(())
+    let traj_path = dir.join("traj_data.json");
+    let text = serde_json::to_string_pretty(&traj)
+        .map_err(|e| LoadError::io(&traj_path, "write")(e.into()))?;
+    write_atomic(&traj_path, &text)
 }
 
 #[cfg(test)]
@@ -1180,12 +1212,59 @@ mod tests {
     #[test]
     fn game_logic_needs_the_goal_placeholder() {
         let dir = tempfile::tempdir().unwrap();
+        let pddl = dir.path().join("alfred.pddl");
         let err = GameLogic::from_dir(dir.path()).unwrap_err();
-        assert!(format!("{err:#}").contains("alfred.pddl"), "{err:#}");
-        std::fs::write(dir.path().join("alfred.pddl"), "(define (domain alfred))").unwrap();
-        std::fs::write(dir.path().join("alfred.twl2"), "no placeholder").unwrap();
+        assert!(
+            matches!(&err, LoadError::Io { path, action: "read", .. } if path == &pddl),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains(&pddl.display().to_string()),
+            "{err}"
+        );
+        std::fs::write(&pddl, "(define (domain alfred))").unwrap();
+        let twl2 = dir.path().join("alfred.twl2");
+        std::fs::write(&twl2, "no placeholder").unwrap();
         let err = GameLogic::from_dir(dir.path()).unwrap_err();
-        assert!(format!("{err:#}").contains("UNKNOWN GOAL"), "{err:#}");
+        assert!(
+            matches!(&err, LoadError::Game { path, reason } if path == &twl2 && reason.contains("UNKNOWN GOAL")),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{}: ", twl2.display())),
+            "{err}"
+        );
+        std::fs::write(&twl2, "Your task is to: UNKNOWN GOAL.").unwrap();
+        assert_eq!(
+            GameLogic::from_dir(dir.path()).unwrap().pddl_domain,
+            "(define (domain alfred))"
+        );
+    }
+
+    #[test]
+    fn sexp_errors_name_the_byte_offset() {
+        let ok = parse_sexp("; c\n(define (a b) ; ) in a comment\n c)").unwrap();
+        let Sexp::List(items) = ok else {
+            panic!("a list")
+        };
+        assert_eq!(items.len(), 3);
+        for (text, expected) in [
+            (")", ParseError::UnbalancedClose { offset: 0 }),
+            ("(a (b))  )", ParseError::UnbalancedClose { offset: 9 }),
+            ("(a) (b)", ParseError::SecondExpression { offset: 6 }),
+            ("(a) b", ParseError::AtomOutsideList { offset: 4 }),
+            ("x (a)", ParseError::AtomOutsideList { offset: 0 }),
+            ("  (a (b", ParseError::Unclosed { open: 2, offset: 2 }),
+            ("", ParseError::Empty),
+            (" ; (a)\n", ParseError::Empty),
+        ] {
+            let err = parse_sexp(text).unwrap_err();
+            assert_eq!(err, expected, "{text:?}");
+            if let Some(at) = err.offset() {
+                assert!(err.to_string().contains(&format!("byte {at}")), "{err}");
+            }
+        }
     }
 
     #[test]

@@ -177,6 +177,24 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// The error chain joined by `: ` (as `{:#}`), leaving out a cause whose text the message
+/// before it already ends with: the library's errors show their source in their own message
+/// (`…/game.tw-pddl: cannot read: No such file…`) and also expose it as `source()`.
+fn report(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -189,7 +207,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", report(&e));
             ExitCode::FAILURE
         }
     }
