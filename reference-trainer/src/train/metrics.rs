@@ -190,6 +190,11 @@ impl MetricsLog {
 
     /// Every complete line (a torn last line after a crash is ignored).
     pub fn read(&self) -> Result<Vec<MetricsLine>> {
+        Ok(self.read_lines()?.into_iter().map(|(_, m)| m).collect())
+    }
+
+    /// Every complete line with its text as written.
+    fn read_lines(&self) -> Result<Vec<(String, MetricsLine)>> {
         let text = match fs::read_to_string(&self.path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -199,7 +204,7 @@ impl MetricsLog {
         let lines: Vec<&str> = text.lines().collect();
         for (i, l) in lines.iter().enumerate() {
             match serde_json::from_str(l) {
-                Ok(m) => out.push(m),
+                Ok(m) => out.push((l.to_string(), m)),
                 Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
                 Err(e) => {
                     return Err(Error::Json {
@@ -215,18 +220,16 @@ impl MetricsLog {
     /// Keeps the lines up to RL iteration `iteration` (what a checkpoint at that iteration had
     /// seen), rewriting the file atomically.
     pub fn truncate_after(&self, iteration: usize) -> Result<Vec<MetricsLine>> {
-        let kept: Vec<MetricsLine> = self
-            .read()?
-            .into_iter()
-            .filter(|m| m.iteration <= iteration)
-            .collect();
+        // The kept lines are copied as written, not re-serialised: a parse → print round trip
+        // need not reproduce every digit, and a resumed run's log must equal an uninterrupted one.
         let mut text = String::new();
-        for m in &kept {
-            text.push_str(&serde_json::to_string(m).map_err(|e| Error::Json {
-                path: self.path.clone(),
-                message: e.to_string(),
-            })?);
-            text.push('\n');
+        let mut kept = Vec::new();
+        for (line, m) in self.read_lines()? {
+            if m.iteration <= iteration {
+                text.push_str(&line);
+                text.push('\n');
+                kept.push(m);
+            }
         }
         crate::model::checkpoint::write_atomic(&self.path, text.as_bytes())?;
         Ok(kept)
@@ -354,5 +357,45 @@ mod tests {
         fs::write(log.path(), "{}\nnot json\n").unwrap();
         let e = log.read().unwrap_err().to_string();
         assert!(e.contains("line 1") || e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn truncation_keeps_lines_as_written_and_reads_are_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = MetricsLog::new(dir.path().join("metrics.jsonl"));
+        // Values whose shortest decimal form serde_json's default (best-effort) float parser
+        // reads one ulp off; a resumed run's log must still equal the uninterrupted one.
+        let values = [
+            f64::from_bits(0x3c7f_ff54_ec4e_c4eb), // 2.7753311431404518e-17
+            0.1 + 0.2,
+            1.0 / 3.0,
+            f64::MIN_POSITIVE,
+            123_456.789_012_345_67,
+        ];
+        for (i, &v) in values.iter().enumerate() {
+            log.append(&MetricsLine {
+                stage: "rl".into(),
+                iteration: i,
+                rollout: None,
+                update: None,
+                eval: None,
+                seconds: v,
+            })
+            .unwrap();
+        }
+        let before = fs::read_to_string(log.path()).unwrap();
+        let read: Vec<u64> = log
+            .read()
+            .unwrap()
+            .iter()
+            .map(|m| m.seconds.to_bits())
+            .collect();
+        let want: Vec<u64> = values.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(read, want, "reads are bit-exact");
+        log.truncate_after(values.len()).unwrap();
+        assert_eq!(fs::read_to_string(log.path()).unwrap(), before);
+        log.truncate_after(1).unwrap();
+        let first_two: String = before.lines().take(2).map(|l| format!("{l}\n")).collect();
+        assert_eq!(fs::read_to_string(log.path()).unwrap(), first_two);
     }
 }
