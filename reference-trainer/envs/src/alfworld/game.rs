@@ -11,6 +11,7 @@ use super::world::{
 };
 use crate::error::{LoadError, ParseError};
 use crate::rng::Rng;
+use crate::search_qa::python_json_string;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -818,33 +819,6 @@ impl GameLogic {
         }
         Ok(logic)
     }
-}
-
-/// `s` as Python's `json.dump` writes a string (`ensure_ascii=True`: non-ASCII as `\uXXXX`,
-/// astral characters as surrogate pairs).
-fn python_json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
-                let mut buf = [0u16; 2];
-                for unit in c.encode_utf16(&mut buf) {
-                    out.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// The goal of a task type, as `alfworld/gen/goal_library.py` writes it into the problem (with
