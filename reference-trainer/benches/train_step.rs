@@ -3,7 +3,7 @@
 //! (vocab 4096, d 128, 2 layers, 4 heads / 2 KV, head_dim 32, MLP 512, tied) at 16×256 and
 //! 8×1024 tokens, and a 5 M-parameter one (d 256, 4 layers, MLP 1024) at 16×256.
 //!
-//! `cargo bench -p reference-trainer --bench train_step [-- --json] [-- --quick]`
+//! `cargo bench -p reference-trainer --bench train_step [-- --json] [-- --quick] [-- --fused-only] [-- --shape 1M:8x1024]`
 //! (`benches/speed_vs_torch.py` runs it next to PyTorch and prints the ratios.)
 
 use std::time::Instant;
@@ -44,7 +44,18 @@ fn main() {
         ("5M", 256, 4, 1024, 16, 256),
     ];
     let mut rows = Vec::new();
+    // `--shape 1M:8x1024` runs one shape only (for profiling).
+    let only = args
+        .iter()
+        .position(|a| a == "--shape")
+        .and_then(|i| args.get(i + 1).cloned());
     for (name, d, layers, mlp, b, l) in shapes {
+        if only
+            .as_deref()
+            .is_some_and(|o| o != format!("{name}:{b}x{l}"))
+        {
+            continue;
+        }
         let cfg = Qwen3Config::small(4096, d, mlp, layers, 4, 2, d / 4, 2048);
         let seqs: Vec<Vec<u32>> = (0..b)
             .map(|r| {

@@ -8,6 +8,7 @@
 //! | [`rms_norm`] | `w · x / √(mean x² + ε)` | `dx = r·(g·w − x̂·mean(g·w·x̂))`, `dw = Σ g·x̂` |
 //! | [`rope`] | rotate-half RoPE from one `[cos ‖ sin]` table row per position | the inverse rotation |
 //! | [`masked_softmax`] | `softmax(scale·s)` over the keys a query sees (causal + left padding) | `scale·p·(g − Σ p·g)` |
+//! | [`flash_attention`] | `softmax(scale·q·kᵀ)·v` in 64×64 blocks with an online softmax (no `[B, H, L, T]` tensor), one log-sum-exp per query kept | recomputes each block's `P` from it: `dV += Pᵀ·dO`, `dS = P∘(dO·Vᵀ − Δ)`, `dQ`, `dK` |
 //! | [`swiglu`] | `silu(g) · u` | `dg = grad·u·silu′(g)`, `du = grad·silu(g)` |
 //! | [`log_prob_entropy`] | `log p(target)`, entropy `H`, `lse` of `logits / T` per row | `(1/T)·(g_lp·(δ − p) − g_H·p·(log p + H))` |
 //! | [`lm_head_log_prob_entropy`] | the same from `h·Wᵀ`, in row chunks (no `[N, V]` tensor) | recomputes each chunk's logits: `dh = dz·W`, `dW = Σ dzᵀ·h` |
@@ -25,6 +26,9 @@ use candle_core::{
     bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, D,
 };
 use rayon::prelude::*;
+
+mod flash;
+pub use flash::flash_attention;
 
 /// Elements per parallel task: large enough that a task outweighs its scheduling.
 const TASK_ELEMS: usize = 1 << 15;
@@ -1205,6 +1209,88 @@ mod tests {
     }
 
     #[test]
+    fn flash_attention_matches_the_composed_op_across_blocks() {
+        let mut rng = ChaCha12Rng::seed_from_u64(31);
+        // (pad per row, past, new, heads, kv heads, head_dim): one block, several query and key
+        // blocks with partial last blocks, left padding longer than a block, a cache (past > 0),
+        // GQA groups of 1, 2 and 4, head_dim 16 / 32 / 64.
+        for (pad, past, new, h, kv, d) in [
+            (vec![0], 0, 5, 2, 1, 16),
+            (vec![0, 0], 0, 150, 4, 2, 32),
+            (vec![0, 70], 0, 133, 2, 2, 16),
+            (vec![3, 0], 30, 70, 4, 1, 64),
+            (vec![0, 2, 65], 0, 67, 2, 1, 32),
+        ] {
+            let b = pad.len();
+            let t = past + new;
+            let q = randn(&mut rng, &[b, h, new, d], 1.0);
+            let k = randn(&mut rng, &[b, kv, t, d], 1.0);
+            let v = randn(&mut rng, &[b, kv, t, d], 1.0);
+            let vis = Visibility {
+                pad: pad.clone().into(),
+                past,
+                new,
+            };
+            let scale = 1.0 / (d as f64).sqrt();
+            check(
+                "flash_attention",
+                &[q, k, v],
+                &[true, true, true],
+                |x| flash_attention(&x[0], &x[1], &x[2], &vis, scale).unwrap(),
+                |x| {
+                    let mask =
+                        ops::attention_mask(&pad, past, new, x[0].dtype(), &Device::Cpu).unwrap();
+                    ops::attention(&x[0], &x[1], &x[2], &mask, scale)
+                        .unwrap()
+                        .transpose(1, 2)
+                        .unwrap()
+                        .reshape((b, new, h * d))
+                        .unwrap()
+                },
+            );
+        }
+    }
+
+    #[test]
+    fn flash_attention_takes_strided_inputs_and_names_bad_shapes() {
+        let mut rng = ChaCha12Rng::seed_from_u64(32);
+        let (b, l, h, kv, d) = (2, 20, 4, 2, 16);
+        // q/k/v as the model makes them: [B, L, heads, D] transposed to [B, heads, L, D].
+        let q = randn(&mut rng, &[b, l, h, d], 1.0).transpose(1, 2).unwrap();
+        let k = randn(&mut rng, &[b, l, kv, d], 1.0)
+            .transpose(1, 2)
+            .unwrap();
+        let v = randn(&mut rng, &[b, l, kv, d], 1.0)
+            .transpose(1, 2)
+            .unwrap();
+        let vis = Visibility {
+            pad: vec![0, 0].into(),
+            past: 0,
+            new: l,
+        };
+        let strided = flash_attention(&q, &k, &v, &vis, 0.25).unwrap();
+        let dense = flash_attention(
+            &q.contiguous().unwrap(),
+            &k.contiguous().unwrap(),
+            &v.contiguous().unwrap(),
+            &vis,
+            0.25,
+        )
+        .unwrap();
+        assert_eq!(f64s(&strided), f64s(&dense));
+        let odd = randn(&mut rng, &[b, h, l, 12], 1.0);
+        let err = flash_attention(&odd, &odd, &odd, &vis, 0.25).unwrap_err();
+        assert!(err.to_string().contains("t2po-flash-attention"), "{err}");
+        let short = Visibility {
+            pad: vec![0].into(),
+            past: 0,
+            new: l,
+        };
+        let err = flash_attention(&q, &k, &v, &short, 0.25).unwrap_err();
+        assert!(err.to_string().contains("batch rows"), "{err}");
+    }
+
+    #[test]
     fn swiglu_matches_the_composed_op() {
         let mut rng = ChaCha12Rng::seed_from_u64(4);
         // Gate values across the range where sigmoid saturates in both directions.
@@ -1286,8 +1372,16 @@ mod tests {
 
     #[test]
     fn the_fused_model_matches_the_composed_reference_in_f64() {
+        // head_dim 8 runs the matmul attention; 16 the flash attention (with a sequence longer
+        // than one 64-query block).
+        for hd in [8, 16] {
+            model_matches_reference(hd);
+        }
+    }
+
+    fn model_matches_reference(hd: usize) {
         use crate::model::{Qwen3, Qwen3Config};
-        let cfg = Qwen3Config::small(97, 32, 64, 2, 4, 2, 8, 64);
+        let cfg = Qwen3Config::small(97, 32, 64, 2, 4, 2, hd, 160);
         let fused = Qwen3::random(cfg.clone(), 7, DType::F32, &Device::Cpu).unwrap();
         let mut reference = Qwen3::random(cfg, 7, DType::F64, &Device::Cpu).unwrap();
         assert!(fused.fused() && !reference.fused());
@@ -1299,8 +1393,9 @@ mod tests {
             vec![3u32, 9, 27, 81, 50, 1, 2],
             vec![5, 6, 7],
             vec![90, 91, 92, 93, 94],
+            (0..150u32).map(|i| (i * 37 + 11) % 97).collect(),
         ];
-        let start = [2usize, 1, 4];
+        let start = [2usize, 1, 4, 60];
         for temperature in [1.0, 0.6] {
             let f = fused
                 .token_log_probs_at(&seqs, &start, temperature)
@@ -1309,7 +1404,7 @@ mod tests {
                 .token_log_probs_at(&seqs, &start, temperature)
                 .unwrap();
             let (el, eh) = (rel(&f.log_probs, &r.log_probs), rel(&f.entropy, &r.entropy));
-            eprintln!("model T={temperature}: log-probs {el:.1e}, entropy {eh:.1e}");
+            eprintln!("model hd={hd} T={temperature}: log-probs {el:.1e}, entropy {eh:.1e}");
             assert!(el <= 1e-5 && eh <= 1e-5, "log-probs {el:e}, entropy {eh:e}");
             let loss = |t: &crate::model::TokenLogProbs| {
                 ((&t.log_probs * 1.5).unwrap() - (&t.entropy * 0.3).unwrap())
@@ -1329,11 +1424,11 @@ mod tests {
             }
         }
         // Prefill + decode with left padding: the fused path against the composed one.
-        let prompts = vec![vec![1u32, 2, 3, 4], vec![8, 9]];
+        let prompts = vec![vec![1u32, 2, 3, 4], vec![8, 9], (0..70u32).collect()];
         let (mut cf, lf) = fused.prefill(&prompts, 3).unwrap();
         let (mut cr, lr) = reference.prefill(&prompts, 3).unwrap();
         assert!(rel(&lf, &lr) <= 1e-5);
-        for step in [[5u32, 10], [6, 11], [7, 12]] {
+        for step in [[5u32, 10, 1], [6, 11, 2], [7, 12, 3]] {
             let (a, b) = (
                 fused.decode(&mut cf, &step).unwrap(),
                 reference.decode(&mut cr, &step).unwrap(),

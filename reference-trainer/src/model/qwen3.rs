@@ -551,6 +551,7 @@ impl Qwen3 {
             .reshape((b, l, cfg.hidden_size))?;
         if self.fused {
             let cs = self.cos_sin.index_select(&flat_pos, 0)?;
+            let flash = l > 1 && hd.is_multiple_of(16);
             for (i, layer) in self.layers.iter().enumerate() {
                 let hn = fused::rms_norm(&x, &layer.input_layernorm, eps)?;
                 let qkv = |p: &Proj, heads: usize, norm: Option<&Tensor>| -> Result<Tensor> {
@@ -566,10 +567,17 @@ impl Qwen3 {
                 let v = qkv(&layer.v_proj, kv, None)?;
                 let (k, v) = match cache.as_deref_mut() {
                     Some(c) => c.append(i, &k, &v)?,
-                    None => (k.contiguous()?, v.contiguous()?),
+                    None => (k, v),
                 };
-                let ctx = fused::attention(&q, &k, &v, vis, scale)?;
-                let ctx = ctx.transpose(1, 2)?.reshape((b, l, h * hd))?;
+                // Blocked attention (no [B, H, L, T] scores) for training and prefill; a
+                // decode step's single query row stays on the matmul path.
+                let ctx = if flash {
+                    fused::flash_attention(&q, &k, &v, vis, scale)?
+                } else {
+                    fused::attention(&q, &k.contiguous()?, &v.contiguous()?, vis, scale)?
+                        .transpose(1, 2)?
+                        .reshape((b, l, h * hd))?
+                };
                 x = (x + layer.o_proj.forward(&ctx)?)?;
                 let hn = fused::rms_norm(&x, &layer.post_attention_layernorm, eps)?;
                 let act = fused::swiglu(
