@@ -11,7 +11,7 @@
 //! | [`flash_attention`] | `softmax(scale·q·kᵀ)·v` in 64×64 blocks with an online softmax (no `[B, H, L, T]` tensor), one log-sum-exp per query kept | recomputes each block's `P` from it: `dV += Pᵀ·dO`, `dS = P∘(dO·Vᵀ − Δ)`, `dQ`, `dK` |
 //! | [`swiglu`] | `silu(g) · u` | `dg = grad·u·silu′(g)`, `du = grad·silu(g)` |
 //! | [`log_prob_entropy`] | `log p(target)`, entropy `H`, `lse` of `logits / T` per row | `(1/T)·(g_lp·(δ − p) − g_H·p·(log p + H))` |
-//! | [`lm_head_log_prob_entropy`] | the same from `h·Wᵀ`, in row chunks (no `[N, V]` tensor) | recomputes each chunk's logits: `dh = dz·W`, `dW = Σ dzᵀ·h` |
+//! | [`lm_head_log_prob_entropy`] | the same from `h·Wᵀ`, in row chunks (no `[N, V]` tensor in one piece) | from the kept chunks (up to 256 MiB) or recomputed ones: `dh = dz·W`, `dW = Σ dzᵀ·h` |
 //!
 //! The kernels take f32 contiguous CPU tensors (the model falls back to the composed ops for
 //! other dtypes and devices) and split rows over rayon's pool in fixed-size chunks, so results do
@@ -834,8 +834,17 @@ fn host_f32(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<()>) -> Result<()> {
     }
 }
 
+/// The most logits (bytes) the LM-head op keeps from its forward for the backward; above it the
+/// backward recomputes each chunk's logits (one more `h·Wᵀ`: at the default vocabulary the LM
+/// head is half the model's matmul work, so keeping them saves a sixth of a training step).
+const KEEP_LOGITS_BYTES: usize = 256 << 20;
+
 struct LmHeadLogProb {
     inv_t: f32,
+    /// Keep the forward's logits when they take at most this many bytes.
+    keep_bytes: usize,
+    /// The forward's logits chunks, when they fit [`KEEP_LOGITS_BYTES`].
+    kept: std::sync::Mutex<Option<Arc<Vec<Tensor>>>>,
 }
 
 impl CustomOp3 for LmHeadLogProb {
@@ -871,6 +880,8 @@ impl CustomOp3 for LmHeadLogProb {
         let w_t = Tensor::from_slice(w, (v, d), &candle_core::Device::Cpu)?.t()?;
         let mut out = vec![0f32; 3 * n];
         let rows = head_rows(v);
+        let keep = n * v * 4 <= self.keep_bytes;
+        let mut kept = Vec::new();
         for (c, oc) in out.chunks_mut(3 * rows).enumerate() {
             let r = oc.len() / 3;
             let z = chunk_logits(&h[c * rows * d..(c * rows + r) * d], r, d, &w_t)?;
@@ -883,6 +894,13 @@ impl CustomOp3 for LmHeadLogProb {
                     });
                 Ok(())
             })?;
+            if keep {
+                kept.push(z);
+            }
+        }
+        match self.kept.lock() {
+            Ok(mut slot) => *slot = keep.then(|| Arc::new(kept)),
+            Err(_) => bail!("{}: the kept-logits slot is poisoned", self.name()),
         }
         Ok((CpuStorage::F32(out), Shape::from((n, 3))))
     }
@@ -906,7 +924,18 @@ impl CustomOp3 for LmHeadLogProb {
             ],
             1,
         )?;
-        let packed = h.apply_op3_no_bwd(w, &aux, &LmHeadLogProbBwd { inv_t: self.inv_t })?;
+        let kept = match self.kept.lock() {
+            Ok(slot) => slot.clone(),
+            Err(_) => bail!("{}: the kept-logits slot is poisoned", self.name()),
+        };
+        let packed = h.apply_op3_no_bwd(
+            w,
+            &aux,
+            &LmHeadLogProbBwd {
+                inv_t: self.inv_t,
+                kept,
+            },
+        )?;
         let (nh, nw) = (h.elem_count(), w.elem_count());
         let dh = packed.narrow(0, 0, nh)?.reshape(h.shape())?;
         let dw = packed.narrow(0, nh, nw)?.reshape(w.shape())?;
@@ -916,6 +945,8 @@ impl CustomOp3 for LmHeadLogProb {
 
 struct LmHeadLogProbBwd {
     inv_t: f32,
+    /// The forward's logits chunks, if it kept them (else they are recomputed).
+    kept: Option<Arc<Vec<Tensor>>>,
 }
 
 impl CustomOp3 for LmHeadLogProbBwd {
@@ -946,7 +977,10 @@ impl CustomOp3 for LmHeadLogProbBwd {
         for (c, dhc) in dh.chunks_mut(rows * d).enumerate() {
             let r = dhc.len() / d;
             let hc = &h[c * rows * d..(c * rows + r) * d];
-            let z = chunk_logits(hc, r, d, &w_t)?;
+            let z = match self.kept.as_ref().and_then(|k| k.get(c)) {
+                Some(z) if z.dims() == [r, v] => z.clone(),
+                _ => chunk_logits(hc, r, d, &w_t)?,
+            };
             dz.resize(r * v, 0f32);
             host_f32(&z, |z| {
                 dz.par_chunks_mut(v)
@@ -985,11 +1019,23 @@ pub fn lm_head_log_prob_entropy(
     targets: &Tensor,
     temperature: f64,
 ) -> Result<(Tensor, Tensor)> {
+    lm_head_lpe(hidden, weight, targets, temperature, KEEP_LOGITS_BYTES)
+}
+
+fn lm_head_lpe(
+    hidden: &Tensor,
+    weight: &Tensor,
+    targets: &Tensor,
+    temperature: f64,
+    keep_bytes: usize,
+) -> Result<(Tensor, Tensor)> {
     let out = hidden.contiguous()?.apply_op3(
         &weight.contiguous()?,
         &targets.contiguous()?,
         LmHeadLogProb {
             inv_t: (1.0 / temperature) as f32,
+            keep_bytes,
+            kept: std::sync::Mutex::new(None),
         },
     )?;
     Ok((
@@ -1442,7 +1488,13 @@ mod tests {
     fn lm_head_log_prob_entropy_matches_the_composed_ops() {
         let mut rng = ChaCha12Rng::seed_from_u64(6);
         // More rows than one chunk (head_rows(300) = 256) so chunk boundaries are crossed.
-        for (n, d, v, temperature) in [(600, 16, 300, 0.8), (5, 8, 97, 1.0)] {
+        // keep 0: the backward recomputes the logits; usize::MAX: it reuses the forward's.
+        for (n, d, v, temperature, keep) in [
+            (600, 16, 300, 0.8, 0),
+            (600, 16, 300, 0.8, usize::MAX),
+            (5, 8, 97, 1.0, 0),
+            (5, 8, 97, 1.0, usize::MAX),
+        ] {
             let h = randn(&mut rng, &[n, d], 1.0);
             let w = randn(&mut rng, &[v, d], 0.5);
             let tg: Vec<u32> = (0..n).map(|i| ((i * 31 + 7) % v) as u32).collect();
@@ -1453,8 +1505,7 @@ mod tests {
                 &[h, w, tg],
                 &[true, true, false],
                 |t| {
-                    let (lp, h) =
-                        lm_head_log_prob_entropy(&t[0], &t[1], &t[2], temperature).unwrap();
+                    let (lp, h) = lm_head_lpe(&t[0], &t[1], &t[2], temperature, keep).unwrap();
                     both(lp, h)
                 },
                 |t| {
