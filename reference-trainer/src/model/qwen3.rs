@@ -580,10 +580,10 @@ impl Qwen3 {
                 };
                 x = (x + layer.o_proj.forward(&ctx)?)?;
                 let hn = fused::rms_norm(&x, &layer.post_attention_layernorm, eps)?;
-                let act = fused::swiglu(
-                    &ops::linear(&hn, &layer.gate_proj, None)?,
-                    &ops::linear(&hn, &layer.up_proj, None)?,
-                )?;
+                // One matmul for gate and up (their weights stacked: a [2m, d] copy per step,
+                // split again by cat's backward): one read of hn, one gradient for it.
+                let gate_up = Tensor::cat(&[&layer.gate_proj, &layer.up_proj], 0)?;
+                let act = fused::swiglu_packed(&ops::linear(&hn, &gate_up, None)?)?;
                 x = (&x + ops::linear(&act, &layer.down_proj, None)?)?;
             }
             if let Some(c) = cache {
