@@ -11,12 +11,13 @@
 //! when their chunk began are skipped. NaN and `+inf` poison the sums (NaN propagates through
 //! the exp pass), which is checked once per row; only then is the row scanned for the offending
 //! index.
-//! On CPUs with AVX-512F the exp pass is explicit AVX-512 code (a 16-entry `2^(i/16)` table in a
-//! register, a degree-3 polynomial, `vscalefps`: 12 vector operations per 16 entries instead of
-//! 14) and touches the row two chunks ahead, one load per cache line, so the misses of a row
-//! streamed from L3 overlap the arithmetic; elsewhere the portable form below.
+//! On CPUs with AVX-512F the exp pass is explicit AVX-512 code (a 32-entry `2^(i/32)` table in
+//! two registers, a degree-2 polynomial, `vscalefps`: 12 vector operations per 16 entries with
+//! the subtraction, the range mask and both sums, where the portable form takes 14) and touches the row one chunk beyond the one being
+//! scanned, one load per cache line, so the misses of a row streamed from L3 overlap the
+//! arithmetic; elsewhere the portable form below.
 //! Error bound (f32 rows): `exp` by Cody–Waite and a degree-5 minimax polynomial (≤ 6.5e-7
-//! relative; the AVX-512 form ≤ 6e-7, seen 3.7e-7), lane sums of ≤ 32 terms in f32 then f64,
+//! relative; the AVX-512 form ≤ 6e-7, seen 4.6e-7), lane sums of ≤ 32 terms in f32 then f64,
 //! entries equal to the max counted exactly:
 //! relative error of every statistic ≤ 1e-5 (tested against an f64 two-pass reference; seen
 //! ≤ 3.2e-7), plus 1e-7 absolute for values at 0; the log-sum-exp `m + ln s` carries the sum's
@@ -48,9 +49,12 @@ pub struct TokenStats {
 const CHUNK: usize = 1024;
 const BLOCK: usize = 64;
 /// The AVX-512 exp pass over chunk `k` touches chunk `k + 1 + TOUCH_AHEAD` (one load per cache
-/// line): measured on an Intel Xeon (Sapphire Rapids class), rows streamed from L3 ran ~10 %
-/// faster with it; the hardware prefetchers alone left the arithmetic waiting on memory.
-const TOUCH_AHEAD: usize = 2;
+/// line) while it scans chunk `k + 1`: measured on an Intel Xeon (Sapphire Rapids class), rows
+/// streamed from L3 ran ~10 % faster with a touch than without, and a touch one chunk beyond
+/// the scan ~2 % faster than two (three or four: no better; one load per 128 or 256 bytes, or
+/// all of a chunk's lines at once: slower). The hardware prefetchers alone left the arithmetic
+/// waiting on memory.
+const TOUCH_AHEAD: usize = 1;
 
 mod sealed {
     pub trait Sealed {}
@@ -608,14 +612,16 @@ fn interleaved<const HAS_MAX: bool>(
 }
 
 /// The exp pass on AVX-512F, the hot loop on CPUs that have it (explicit intrinsics, all safe
-/// inside `#[target_feature]` functions). `e^d = 2^⌊k/16⌋ · 2^((k mod 16)/16) · e^r` with
-/// `k = round(16·d·log2 e)` and `r = d − (k/16)·ln 2 ∈ [−ln2/32, ln2/32]` (one fused step, as in
-/// [`exp_neg`]'s FMA form); `e^r` by a degree-3 polynomial (≤ 1.7e-9 relative), the sixteen
-/// `2^(i/16)` from a register by one `vpermps` (the low 4 bits of the rounding sum are
-/// `k mod 16`) and the power of two by one `vscalefps`, which floors `k/16` itself. Against
-/// [`exp_neg`]'s degree-5 form that is 12 instead of 14 vector operations per 16 entries
-/// (measured 31 → 25 µs for an L2-resident row of 151 936 on an Intel Xeon): AMD Zen 4 takes the
-/// same path, where it moves three FMAs to the shuffle and scale units.
+/// inside `#[target_feature]` functions). `e^d = 2^⌊k/32⌋ · 2^((k mod 32)/32) · e^r` with
+/// `k = round(32·d·log2 e)` and `r = d − (k/32)·ln 2 ∈ [−ln2/64, ln2/64]` (one fused step, as in
+/// [`exp_neg`]'s FMA form); `e^r` by a degree-2 polynomial (≤ 5.4e-8 relative), the 32
+/// `2^(i/32)` from two registers by one `vpermt2ps` (the low 5 bits of the rounding sum are
+/// `k mod 32`) and the power of two by one `vscalefps`, which floors `k/32` itself. Against
+/// [`exp_neg`]'s degree-5 form that is 12 instead of 14 vector operations per 16 entries; the
+/// 16-entry table with a degree-3 polynomial before it took one FMA more (measured, same run,
+/// Intel Xeon, a row of 151 936: L2-resident 26.7 → 24.6 µs, streamed from L3 with huge pages
+/// 30.2 → 29.1 µs). AMD Zen 4 takes the same path, where it moves FMAs to the shuffle and scale
+/// units.
 #[cfg(target_arch = "x86_64")]
 mod x512 {
     use super::{Logit, Scan, TopJ, BLOCK, CHUNK};
@@ -631,39 +637,62 @@ mod x512 {
         )
     }
 
-    /// 1.5·2^23: `d·16·log2 e + MAGIC` rounds to the integer `k` and leaves `k mod 16` in the
-    /// low 4 bits (the table index).
+    /// 1.5·2^23: `d·32·log2 e + MAGIC` rounds to the integer `k` and leaves `k mod 32` in the
+    /// low 5 bits (the table index).
     const MAGIC: f32 = 12_582_912.0;
-    /// `16·log2 e`.
-    const LOG2_E_16: f32 = 23.083_12;
-    /// `e^r ≈ 1 + r·(C3[0] + r·(C3[1] + r·C3[2]))`, relative-minimax on `[−ln2/32, ln2/32]`.
-    const C3: [f32; 3] = [1.0, 0.500_016_2, 0.166_660_74];
-    /// `2^(i/16)`, `i = 0..16`, rounded to f32.
-    const TABLE: [f32; 16] = [
+    /// `32·log2 e`.
+    const LOG2_E_32: f32 = 46.166_24;
+    /// `e^r ≈ 1 + r·(C2[0] + r·C2[1])`, relative-minimax on `[−ln2/64, ln2/64]` (5.3e-8).
+    const C2: [f32; 2] = [1.000_014_7, 0.500_000_54];
+    /// `2^(i/32)`, `i = 0..32`, rounded to f32.
+    const TABLE: [f32; 32] = [
         1.0,
+        1.021_897_2,
         1.044_273_7,
+        1.067_140_5,
         1.090_507_7,
+        1.114_386_8,
         1.138_788_6,
+        1.163_724_9,
         1.189_207_1,
+        1.215_247_4,
         1.241_857_8,
+        1.269_051,
         1.296_839_6,
+        1.325_236_7,
         1.354_255_6,
+        1.383_91,
         core::f32::consts::SQRT_2,
+        1.445_180_8,
         1.476_826_2,
+        1.509_164_5,
         1.542_210_8,
+        1.575_980_9,
         1.610_490_3,
+        1.645_755_5,
         1.681_792_9,
+        1.718_619_3,
         1.756_252_2,
+        1.794_709_1,
         1.834_008_1,
+        1.874_167_7,
         1.915_206_6,
+        1.957_144_1,
     ];
+
+    /// The table as two registers (entries 0–15, 16–31).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn table() -> (__m512, __m512) {
+        (load(&TABLE[..16]), load(&TABLE[16..]))
+    }
 
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn lane<const HAS_MAX: bool>(
         x: __m512,
         m: __m512,
-        tab: __m512,
+        tab: (__m512, __m512),
         e: &mut __m512,
         t: &mut __m512,
         n: &mut __m512i,
@@ -675,13 +704,13 @@ mod x512 {
             *n = _mm512_mask_add_epi32(*n, eq, *n, _mm512_set1_epi32(1));
             keep &= !eq;
         }
-        let z = _mm512_fmadd_ps(d, _mm512_set1_ps(LOG2_E_16), _mm512_set1_ps(MAGIC));
-        let q = _mm512_fmadd_ps(z, _mm512_set1_ps(0.0625), _mm512_set1_ps(-MAGIC / 16.0));
+        let z = _mm512_fmadd_ps(d, _mm512_set1_ps(LOG2_E_32), _mm512_set1_ps(MAGIC));
+        // `z/32 − MAGIC/32` is `k/32` exactly (ulp 1/32 at 2^18).
+        let q = _mm512_fmadd_ps(z, _mm512_set1_ps(1.0 / 32.0), _mm512_set1_ps(-MAGIC / 32.0));
         let r = _mm512_fnmadd_ps(q, _mm512_set1_ps(core::f32::consts::LN_2), d);
-        let p = _mm512_fmadd_ps(_mm512_set1_ps(C3[2]), r, _mm512_set1_ps(C3[1]));
-        let p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C3[0]));
+        let p = _mm512_fmadd_ps(_mm512_set1_ps(C2[1]), r, _mm512_set1_ps(C2[0]));
         let p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0));
-        let tv = _mm512_permutexvar_ps(_mm512_castps_si512(z), tab);
+        let tv = _mm512_permutex2var_ps(tab.0, _mm512_castps_si512(z), tab.1);
         let v = _mm512_scalef_ps(_mm512_mul_ps(p, tv), q);
         *e = _mm512_mask_add_ps(*e, keep, *e, v);
         *t = _mm512_mask3_fmadd_ps(v, d, *t, keep);
@@ -697,10 +726,7 @@ mod x512 {
         top: &mut TopJ,
     ) -> ((f32, f32, f32), f32) {
         let mut touch = 0u32;
-        let tab = _mm512_setr_ps(
-            TABLE[0], TABLE[1], TABLE[2], TABLE[3], TABLE[4], TABLE[5], TABLE[6], TABLE[7],
-            TABLE[8], TABLE[9], TABLE[10], TABLE[11], TABLE[12], TABLE[13], TABLE[14], TABLE[15],
-        );
+        let tab = table();
         let mv = _mm512_set1_ps(m);
         let (mut e0, mut e1, mut t0, mut t1) = (
             _mm512_setzero_ps(),
@@ -745,7 +771,7 @@ mod x512 {
             _mm512_setzero_ps(),
             _mm512_setzero_si512(),
         );
-        let tab = load(&TABLE);
+        let tab = table();
         lane::<false>(load(d), _mm512_setzero_ps(), tab, &mut e, &mut t, &mut n);
         // Lane by lane without a store: the sum of one unmasked lane and zeros is that lane.
         core::array::from_fn(|l| _mm512_reduce_add_ps(_mm512_maskz_mov_ps(1 << l, e)))
@@ -872,8 +898,8 @@ mod tests {
             }
             x += 0.000_37;
         }
-        // Polynomial 1.7e-9, f32 rounding of the evaluation and the table (a few 6e-8), and
-        // ln 2's rounding times |k/16| ≤ 126 in the fused reduction (≤ 2.4e-7 at d = −87).
+        // Polynomial 5.3e-8, f32 rounding of the evaluation and the table (a few 6e-8), and
+        // ln 2's rounding times |k/32| ≤ 126 in the fused reduction (≤ 2.4e-7 at d = −87).
         std::println!("AVX-512 exp worst relative error {worst:.2e}");
         assert!(worst < 6e-7, "worst relative error {worst}");
     }
