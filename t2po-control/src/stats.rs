@@ -172,6 +172,8 @@ pub(crate) fn token_stats_wide<T: Logit>(row: &[T], top_j: u32) -> Result<WideSt
         return Err(Error::Size("a row longer than u32::MAX entries"));
     }
     let mut acc = Accumulator::new(top_j as usize);
+    // Whether the AVX-512 exp pass keeps its range mask (see `sums_and_scan`).
+    let mut careful = false;
     // Software-pipelined: the exp pass over chunk k (in L1) runs in the same loop as the max
     // scan of chunk k + 1, so the scan's loads from memory overlap the exp arithmetic.
     let n = row.len().div_ceil(CHUNK);
@@ -194,7 +196,8 @@ pub(crate) fn token_stats_wide<T: Logit>(row: &[T], top_j: u32) -> Result<WideSt
                 Some(has_max) => {
                     let lo = row.len().min((k + 1 + TOUCH_AHEAD) * CHUNK);
                     let far = &row[lo..row.len().min(lo + CHUNK)];
-                    let (sums, cmax) = sums_and_scan(cur, acc.m, has_max, next, far, &mut acc.top);
+                    let (sums, cmax) =
+                        sums_and_scan(cur, acc.m, has_max, next, far, &mut acc.top, &mut careful);
                     acc.add(sums);
                     cmax
                 }
@@ -556,6 +559,14 @@ fn sums(xs: &[f32], m: f32, has_max: bool) -> (f32, f32, f32) {
 
 /// The exp pass of the full chunk `cur` interleaved, block by block, with the max scan of the
 /// next chunk `next`: the sums of `cur` and the max of `next`.
+///
+/// On AVX-512 a chunk without the running max first runs without the range mask (one vector
+/// compare fewer per 16 entries): an entry far below the max then adds exactly 0 (`d < −104`,
+/// the scale underflows), a value below 1.7e-38 (`−104 ≤ d < −87`: nothing at the sums'
+/// precision, `s ≥ 1`) or, for `−inf`, NaN and `|d|` beyond ~1e19 (the polynomial overflows),
+/// a non-finite sum. A chunk whose sums come out non-finite is redone with the mask (a NaN
+/// still poisons them there), and the rest of the row keeps it (`careful`), so rows with
+/// masked tokens pay the redo once.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512vl+avx2+fma",
     "x86_64+avx2+fma",
@@ -568,15 +579,25 @@ fn sums_and_scan<T: Logit>(
     next: &[f32],
     far: &[T],
     top: &mut TopJ,
+    careful: &mut bool,
 ) -> ((f32, f32, f32), f32) {
     multiversion::target::match_target! {
         "x86_64+avx512f" => if has_max {
-            x512::interleaved::<true, T>(cur, m, next, far, top)
+            x512::interleaved::<true, true, T>(cur, m, next, far, top)
+        } else if *careful {
+            x512::interleaved::<false, true, T>(cur, m, next, far, top)
         } else {
-            x512::interleaved::<false, T>(cur, m, next, far, top)
+            let ((count, es, ts), cmax) = x512::interleaved::<false, false, T>(cur, m, next, far, top);
+            if es.is_finite() && ts.is_finite() {
+                ((count, es, ts), cmax)
+            } else {
+                *careful = true;
+                let (es, ts) = x512::masked_sums(cur, m);
+                ((count, es, ts), cmax)
+            }
         },
         _ => {
-            let _ = far;
+            let _ = (far, careful);
             let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
             if has_max {
                 interleaved::<true>(fma, cur, m, next, top)
@@ -687,9 +708,11 @@ mod x512 {
         (load(&TABLE[..16]), load(&TABLE[16..]))
     }
 
+    /// One vector of the exp pass; without `MASK` (and `HAS_MAX`) no range mask: see
+    /// [`super::sums_and_scan`] for what entries far below the max give then.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn lane<const HAS_MAX: bool>(
+    fn lane<const HAS_MAX: bool, const MASK: bool>(
         x: __m512,
         m: __m512,
         tab: (__m512, __m512),
@@ -698,7 +721,11 @@ mod x512 {
         n: &mut __m512i,
     ) {
         let d = _mm512_sub_ps(x, m);
-        let mut keep = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(d, _mm512_set1_ps(-87.0));
+        let mut keep = if MASK || HAS_MAX {
+            _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(d, _mm512_set1_ps(-87.0))
+        } else {
+            0xffff
+        };
         if HAS_MAX {
             let eq = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(d, _mm512_setzero_ps());
             *n = _mm512_mask_add_epi32(*n, eq, *n, _mm512_set1_epi32(1));
@@ -712,13 +739,18 @@ mod x512 {
         let p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0));
         let tv = _mm512_permutex2var_ps(tab.0, _mm512_castps_si512(z), tab.1);
         let v = _mm512_scalef_ps(_mm512_mul_ps(p, tv), q);
-        *e = _mm512_mask_add_ps(*e, keep, *e, v);
-        *t = _mm512_mask3_fmadd_ps(v, d, *t, keep);
+        if MASK || HAS_MAX {
+            *e = _mm512_mask_add_ps(*e, keep, *e, v);
+            *t = _mm512_mask3_fmadd_ps(v, d, *t, keep);
+        } else {
+            *e = _mm512_add_ps(*e, v);
+            *t = _mm512_fmadd_ps(v, d, *t);
+        }
     }
 
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub(super) fn interleaved<const HAS_MAX: bool, T: Logit>(
+    pub(super) fn interleaved<const HAS_MAX: bool, const MASK: bool, T: Logit>(
         cur: &[f32],
         m: f32,
         next: &[f32],
@@ -747,10 +779,10 @@ mod x512 {
                     | far[at + 32].bits()
                     | far[at + 48].bits();
             }
-            lane::<HAS_MAX>(load(&b[..16]), mv, tab, &mut e0, &mut t0, &mut n0);
-            lane::<HAS_MAX>(load(&b[16..32]), mv, tab, &mut e1, &mut t1, &mut n1);
-            lane::<HAS_MAX>(load(&b[32..48]), mv, tab, &mut e0, &mut t0, &mut n0);
-            lane::<HAS_MAX>(load(&b[48..64]), mv, tab, &mut e1, &mut t1, &mut n1);
+            lane::<HAS_MAX, MASK>(load(&b[..16]), mv, tab, &mut e0, &mut t0, &mut n0);
+            lane::<HAS_MAX, MASK>(load(&b[16..32]), mv, tab, &mut e1, &mut t1, &mut n1);
+            lane::<HAS_MAX, MASK>(load(&b[32..48]), mv, tab, &mut e0, &mut t0, &mut n0);
+            lane::<HAS_MAX, MASK>(load(&b[48..64]), mv, tab, &mut e1, &mut t1, &mut n1);
             if let Some(block) = next_blocks.next() {
                 sc.block(block);
             }
@@ -762,17 +794,36 @@ mod x512 {
         let ts = _mm512_reduce_add_ps(_mm512_add_ps(t0, t1));
         ((count, es, ts), cmax)
     }
-    /// `e^d` of 16 lanes by [`lane`] (for the accuracy test).
+
+    /// `(Σ e^(x−m), Σ e^(x−m)(x−m))` of the full chunk `cur` with the range mask, for a chunk
+    /// whose unmasked sums came out non-finite (cold).
+    #[cold]
+    #[inline(never)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn masked_sums(cur: &[f32], m: f32) -> (f32, f32) {
+        let (tab, mv) = (table(), _mm512_set1_ps(m));
+        let (mut e, mut t, mut n) = (
+            _mm512_setzero_ps(),
+            _mm512_setzero_ps(),
+            _mm512_setzero_si512(),
+        );
+        for v in cur.chunks_exact(16) {
+            lane::<false, true>(load(v), mv, tab, &mut e, &mut t, &mut n);
+        }
+        (_mm512_reduce_add_ps(e), _mm512_reduce_add_ps(t))
+    }
+
+    /// `e^d` of 16 lanes by [`lane`] (for the accuracy tests), with or without the range mask.
     #[cfg(test)]
     #[target_feature(enable = "avx512f")]
-    pub(super) fn exp_lanes(d: &[f32; 16]) -> [f32; 16] {
+    pub(super) fn exp_lanes<const MASK: bool>(d: &[f32; 16]) -> [f32; 16] {
         let (mut e, mut t, mut n) = (
             _mm512_setzero_ps(),
             _mm512_setzero_ps(),
             _mm512_setzero_si512(),
         );
         let tab = table();
-        lane::<false>(load(d), _mm512_setzero_ps(), tab, &mut e, &mut t, &mut n);
+        lane::<false, MASK>(load(d), _mm512_setzero_ps(), tab, &mut e, &mut t, &mut n);
         // Lane by lane without a store: the sum of one unmasked lane and zeros is that lane.
         core::array::from_fn(|l| _mm512_reduce_add_ps(_mm512_maskz_mov_ps(1 << l, e)))
     }
@@ -866,7 +917,7 @@ mod tests {
     #[multiversion::multiversion(targets("x86_64+avx512f"))]
     fn exp16(d: &[f32; 16]) -> Option<[f32; 16]> {
         multiversion::target::match_target! {
-            "x86_64+avx512f" => Some(x512::exp_lanes(d)),
+            "x86_64+avx512f" => Some(x512::exp_lanes::<true>(d)),
             _ => {
                 let _ = d;
                 None
@@ -902,6 +953,52 @@ mod tests {
         // ln 2's rounding times |k/32| ≤ 126 in the fused reduction (≤ 2.4e-7 at d = −87).
         std::println!("AVX-512 exp worst relative error {worst:.2e}");
         assert!(worst < 6e-7, "worst relative error {worst}");
+    }
+
+    /// [`exp16`] without the range mask.
+    #[multiversion::multiversion(targets("x86_64+avx512f"))]
+    fn exp16_unmasked(d: &[f32; 16]) -> Option<[f32; 16]> {
+        multiversion::target::match_target! {
+            "x86_64+avx512f" => Some(x512::exp_lanes::<false>(d)),
+            _ => {
+                let _ = d;
+                None
+            },
+        }
+    }
+
+    #[test]
+    fn avx512_exp_without_the_mask_is_exact_or_caught_far_below_the_max() {
+        // What the unmasked fast path relies on: for every d below −87 the value is under
+        // e^−87 = 1.65e-38, exactly 0, or not finite (then the chunk is redone masked).
+        let mut ds = std::vec![f32::NEG_INFINITY, -f32::MAX, f32::MIN_POSITIVE - f32::MAX];
+        let mut x = 87.0f32;
+        while x < f32::MAX / 1.001 {
+            ds.push(-x);
+            x *= 1.001;
+        }
+        let (mut zero, mut tiny, mut caught) = (0, 0, 0);
+        for d in ds.chunks(16) {
+            let mut lanes = [-100.0f32; 16];
+            lanes[..d.len()].copy_from_slice(d);
+            let Some(got) = exp16_unmasked(&lanes) else {
+                assert!(!std::is_x86_feature_detected!("avx512f"));
+                std::println!("no AVX-512F on this CPU: the unmasked exp pass is not used here");
+                return;
+            };
+            for (&g, &di) in got.iter().zip(&lanes) {
+                if !g.is_finite() {
+                    caught += 1;
+                } else if g == 0.0 {
+                    zero += 1;
+                } else {
+                    assert!(g > 0.0 && g < 1.7e-38 && di >= -104.0, "e^{di} gave {g}");
+                    tiny += 1;
+                }
+            }
+        }
+        std::println!("unmasked exp below -87: {zero} exact 0, {tiny} tiny, {caught} caught");
+        assert!(caught > 0 && zero > 0 && tiny > 0);
     }
 
     #[test]
