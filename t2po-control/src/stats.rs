@@ -13,10 +13,9 @@
 //! index.
 //! On CPUs with AVX-512F the exp pass is explicit AVX-512 code (a 32-entry `2^(i/32)` table in
 //! two registers, a degree-2 polynomial, `vscalefps`: 12 vector operations per 16 entries with
-//! the subtraction, the range mask and both sums, where the portable form takes 14; 11 without
-//! the mask, which chunks without the running max skip) and prefetches the row one chunk beyond
-//! the one being scanned, so the misses of a row streamed from L3 overlap the arithmetic;
-//! elsewhere the portable form below.
+//! the subtraction, the range mask and both sums, where the portable form takes 14) and touches the row one chunk beyond the one being
+//! scanned, one load per cache line, so the misses of a row streamed from L3 overlap the
+//! arithmetic; elsewhere the portable form below.
 //! Error bound (f32 rows): `exp` by Cody–Waite and a degree-5 minimax polynomial (≤ 6.5e-7
 //! relative; the AVX-512 form ≤ 6e-7, seen 4.6e-7), lane sums of ≤ 32 terms in f32 then f64,
 //! entries equal to the max counted exactly:
@@ -49,13 +48,15 @@ pub struct TokenStats {
 
 const CHUNK: usize = 1024;
 const BLOCK: usize = 64;
-/// The AVX-512 exp pass over chunk `k` prefetches chunk `k + 1 + PREFETCH_AHEAD` (every cache
-/// line, `PREFETCHT0`) while it scans chunk `k + 1`. Measured on an Intel Xeon (Sapphire Rapids
-/// class), rows streamed from L3: a touch (one demand load per line) ran ~10 % faster than
-/// neither, one chunk beyond the scan ~2 % faster than two (three or four: no better; one load
-/// per 128 or 256 bytes, or all of a chunk's lines at once: slower), and the prefetch in its
-/// place another 3–7 % (a load that misses holds up retirement, a prefetch does not).
-const PREFETCH_AHEAD: usize = 1;
+/// The AVX-512 exp pass over chunk `k` touches chunk `k + 1 + TOUCH_AHEAD` (one load per cache
+/// line) while it scans chunk `k + 1`: measured on an Intel Xeon (Sapphire Rapids class), rows
+/// streamed from L3 ran ~10 % faster with a touch than without, and a touch one chunk beyond
+/// the scan ~2 % faster than two (three or four: no better; one load per 128 or 256 bytes, or
+/// all of a chunk's lines at once: slower). The hardware prefetchers alone left the arithmetic
+/// waiting on memory. A `PREFETCHT0` in the touch's place measured another 3–7 %, but
+/// `_mm_prefetch` needs `unsafe` on the declared minimum Rust (1.89), which this crate keeps
+/// for FFI only.
+const TOUCH_AHEAD: usize = 1;
 
 mod sealed {
     pub trait Sealed {}
@@ -76,6 +77,9 @@ pub trait Logit: Copy + sealed::Sealed {
     }
     /// This value as f32.
     fn to_f32(self) -> f32;
+    /// The raw bits (a load the compiler must keep: the look-ahead touch of the row).
+    #[doc(hidden)]
+    fn bits(self) -> u32;
     /// `−inf` of this type.
     const NEG_INF: Self;
     /// `0` of this type.
@@ -94,6 +98,10 @@ impl Logit for f32 {
     fn to_f32(self) -> f32 {
         self
     }
+    #[inline(always)]
+    fn bits(self) -> u32 {
+        self.to_bits()
+    }
     const NEG_INF: Self = f32::NEG_INFINITY;
     const ZERO: Self = 0.0;
 }
@@ -111,6 +119,10 @@ impl Logit for bf16 {
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)
     }
+    #[inline(always)]
+    fn bits(self) -> u32 {
+        self.to_bits() as u32
+    }
     const NEG_INF: Self = bf16::NEG_INFINITY;
     const ZERO: Self = bf16::ZERO;
 }
@@ -124,6 +136,10 @@ impl Logit for f16 {
     }
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn bits(self) -> u32 {
+        self.to_bits() as u32
     }
     const NEG_INF: Self = f16::NEG_INFINITY;
     const ZERO: Self = f16::ZERO;
@@ -180,7 +196,7 @@ pub(crate) fn token_stats_wide<T: Logit>(row: &[T], top_j: u32) -> Result<WideSt
             let next = T::widen(raw(k + 1), next_buf);
             let cmax = match plan {
                 Some(has_max) => {
-                    let lo = row.len().min((k + 1 + PREFETCH_AHEAD) * CHUNK);
+                    let lo = row.len().min((k + 1 + TOUCH_AHEAD) * CHUNK);
                     let far = &row[lo..row.len().min(lo + CHUNK)];
                     let (sums, cmax) =
                         sums_and_scan(cur, acc.m, has_max, next, far, &mut acc.top, &mut careful);
@@ -694,27 +710,6 @@ mod x512 {
         (load(&TABLE[..16]), load(&TABLE[16..]))
     }
 
-    /// `PREFETCHT0` of every 64-byte line of `block` (a hint: the lines come into L1 while the
-    /// arithmetic runs, and unlike a load it never holds up retirement).
-    ///
-    /// The one `unsafe` block outside FFI: Rust ≥ 1.95 (this workspace's toolchain) declares
-    /// `_mm_prefetch` safe — a prefetch never faults, reads nothing into the program and writes
-    /// nothing — but the declared minimum, 1.89, still marks it `unsafe`, so the block stays
-    /// until the minimum moves; `unused_unsafe` is allowed for the newer compilers. Measured
-    /// against the safe alternative, a demand load per line one chunk ahead (same run, rows
-    /// streamed from L3, Intel Xeon): 30.3 → 28.3 µs for a row of 151 936.
-    #[allow(unsafe_code, unused_unsafe)]
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn prefetch<T>(block: &[T]) {
-        let per_line = (64 / core::mem::size_of::<T>()).max(1);
-        for line in block.chunks(per_line) {
-            // SAFETY: a prefetch is only a hint to the cache (no fault, no read into the
-            // program, no write), and the pointer comes from a live slice.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast::<i8>()) };
-        }
-    }
-
     /// One vector of the exp pass; without `MASK` (and `HAS_MAX`) no range mask: see
     /// [`super::sums_and_scan`] for what entries far below the max give then.
     #[inline]
@@ -764,6 +759,7 @@ mod x512 {
         far: &[T],
         top: &mut TopJ,
     ) -> ((f32, f32, f32), f32) {
+        let mut touch = 0u32;
         let tab = table();
         let mv = _mm512_set1_ps(m);
         let (mut e0, mut e1, mut t0, mut t1) = (
@@ -776,11 +772,14 @@ mod x512 {
         let mut sc = Scan::new(top);
         let mut next_blocks = next.chunks_exact(BLOCK);
         for (i, b) in cur.chunks_exact(BLOCK).enumerate() {
-            // A prefetch of the cache lines of the block `PREFETCH_AHEAD` chunks further on (64 B
-            // lines: 16 f32 or 32 half entries), so its misses overlap this block's arithmetic.
+            // One load per cache line of the block `TOUCH_AHEAD` chunks further on (64 B lines:
+            // 16 f32 or 32 half entries), so its misses overlap this block's arithmetic.
             if far.len() == CHUNK {
                 let at = i * BLOCK;
-                prefetch(&far[at..at + BLOCK]);
+                touch |= far[at].bits()
+                    | far[at + 16].bits()
+                    | far[at + 32].bits()
+                    | far[at + 48].bits();
             }
             lane::<HAS_MAX, MASK>(load(&b[..16]), mv, tab, &mut e0, &mut t0, &mut n0);
             lane::<HAS_MAX, MASK>(load(&b[16..32]), mv, tab, &mut e1, &mut t1, &mut n1);
@@ -791,6 +790,7 @@ mod x512 {
             }
         }
         let cmax = sc.finish(next, top);
+        core::hint::black_box(touch);
         let count = _mm512_reduce_add_epi32(_mm512_add_epi32(n0, n1)) as f32;
         let es = _mm512_reduce_add_ps(_mm512_add_ps(e0, e1));
         let ts = _mm512_reduce_add_ps(_mm512_add_ps(t0, t1));
