@@ -13,6 +13,9 @@ OPENBLAS_CORETYPE, if set, is removed for this run only (numpy's exp, sum and pa
 go through BLAS, but a forced core type must not skew the peer). With T2PO_BASELINE_EXE set to
 another build of the stats_vs_numpy binary, that build is timed in the same rounds too (a
 before/after column).
+Memory: numpy advises transparent huge pages for arrays of 4 MiB or more, so its rows sit in
+2 MiB pages; the Rust binary puts its copy of the rows in 2 MiB pages the same way (the `thp`
+field it prints: advised / refused / off; T2PO_BENCH_THP=0 keeps them in a plain Vec).
 """
 import os
 import subprocess
@@ -111,7 +114,7 @@ def main():
             b = float(np.median(base))
             extra = f" {b:>11.1f} {n / b:>10.1f}x"
         print(f"{vocab:>8} {t:>9.1f} {n:>9.1f} {n / t:>10.1f}x{extra}  "
-              f"{'agree' if ok else 'DIFFER'}")
+              f"{'agree' if ok else 'DIFFER'}  (t2po rows: thp={fields.get('thp', '?')})")
         if not ok:
             print(f"  t2po H={fields['entropy0']} C={fields['confidence0']}; numpy H={h} C={c}",
                   file=sys.stderr)

@@ -845,6 +845,8 @@ impl Tokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha12Rng;
     use serde_json::{json, Value};
 
     /// A few hundred deterministic lines shaped like the environments' prompts and responses.
@@ -959,8 +961,10 @@ mod tests {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        // Pseudo-random strings over many Unicode ranges (xorshift64, fixed seed).
-        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        // Pseudo-random strings over many Unicode ranges, from a seeded ChaCha12 stream (the
+        // crate's one RNG, as in the model's initialisation). Test data only: the default
+        // tokenizer is trained without randomness.
+        let mut rng = ChaCha12Rng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
         let ranges: [(u32, u32); 8] = [
             (0x00, 0x7f),
             (0x80, 0x7ff),
@@ -973,17 +977,11 @@ mod tests {
         ];
         for _ in 0..200 {
             let mut s = String::new();
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let len = (state % 24) as usize;
+            let len = rng.random_range(0..24usize);
             for _ in 0..len {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let (lo, hi) = ranges[(state % ranges.len() as u64) as usize];
-                let code = lo + ((state >> 8) % u64::from(hi - lo + 1)) as u32;
-                if let Some(c) = char::from_u32(code) {
+                let (lo, hi) = ranges[rng.random_range(0..ranges.len())];
+                // No range holds a surrogate, so every draw is a char.
+                if let Some(c) = char::from_u32(rng.random_range(lo..=hi)) {
                     s.push(c);
                 }
             }

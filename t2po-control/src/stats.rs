@@ -11,12 +11,13 @@
 //! when their chunk began are skipped. NaN and `+inf` poison the sums (NaN propagates through
 //! the exp pass), which is checked once per row; only then is the row scanned for the offending
 //! index.
-//! On CPUs with AVX-512F the exp pass is explicit AVX-512 code (a 16-entry `2^(i/16)` table in a
-//! register, a degree-3 polynomial, `vscalefps`: 12 vector operations per 16 entries instead of
-//! 14) and touches the row two chunks ahead, one load per cache line, so the misses of a row
-//! streamed from L3 overlap the arithmetic; elsewhere the portable form below.
+//! On CPUs with AVX-512F the exp pass is explicit AVX-512 code (a 32-entry `2^(i/32)` table in
+//! two registers, a degree-2 polynomial, `vscalefps`: 12 vector operations per 16 entries with
+//! the subtraction, the range mask and both sums, where the portable form takes 14) and touches the row one chunk beyond the one being
+//! scanned, one load per cache line, so the misses of a row streamed from L3 overlap the
+//! arithmetic; elsewhere the portable form below.
 //! Error bound (f32 rows): `exp` by Cody–Waite and a degree-5 minimax polynomial (≤ 6.5e-7
-//! relative; the AVX-512 form ≤ 6e-7, seen 3.7e-7), lane sums of ≤ 32 terms in f32 then f64,
+//! relative; the AVX-512 form ≤ 6e-7, seen 4.6e-7), lane sums of ≤ 32 terms in f32 then f64,
 //! entries equal to the max counted exactly:
 //! relative error of every statistic ≤ 1e-5 (tested against an f64 two-pass reference; seen
 //! ≤ 3.2e-7), plus 1e-7 absolute for values at 0; the log-sum-exp `m + ln s` carries the sum's
@@ -48,9 +49,14 @@ pub struct TokenStats {
 const CHUNK: usize = 1024;
 const BLOCK: usize = 64;
 /// The AVX-512 exp pass over chunk `k` touches chunk `k + 1 + TOUCH_AHEAD` (one load per cache
-/// line): measured on an Intel Xeon (Sapphire Rapids class), rows streamed from L3 ran ~10 %
-/// faster with it; the hardware prefetchers alone left the arithmetic waiting on memory.
-const TOUCH_AHEAD: usize = 2;
+/// line) while it scans chunk `k + 1`: measured on an Intel Xeon (Sapphire Rapids class), rows
+/// streamed from L3 ran ~10 % faster with a touch than without, and a touch one chunk beyond
+/// the scan ~2 % faster than two (three or four: no better; one load per 128 or 256 bytes, or
+/// all of a chunk's lines at once: slower). The hardware prefetchers alone left the arithmetic
+/// waiting on memory. A `PREFETCHT0` in the touch's place measured another 3–7 %, but
+/// `_mm_prefetch` needs `unsafe` on the declared minimum Rust (1.89), which this crate keeps
+/// for FFI only.
+const TOUCH_AHEAD: usize = 1;
 
 mod sealed {
     pub trait Sealed {}
@@ -168,6 +174,8 @@ pub(crate) fn token_stats_wide<T: Logit>(row: &[T], top_j: u32) -> Result<WideSt
         return Err(Error::Size("a row longer than u32::MAX entries"));
     }
     let mut acc = Accumulator::new(top_j as usize);
+    // Whether the AVX-512 exp pass keeps its range mask (see `sums_and_scan`).
+    let mut careful = false;
     // Software-pipelined: the exp pass over chunk k (in L1) runs in the same loop as the max
     // scan of chunk k + 1, so the scan's loads from memory overlap the exp arithmetic.
     let n = row.len().div_ceil(CHUNK);
@@ -190,7 +198,8 @@ pub(crate) fn token_stats_wide<T: Logit>(row: &[T], top_j: u32) -> Result<WideSt
                 Some(has_max) => {
                     let lo = row.len().min((k + 1 + TOUCH_AHEAD) * CHUNK);
                     let far = &row[lo..row.len().min(lo + CHUNK)];
-                    let (sums, cmax) = sums_and_scan(cur, acc.m, has_max, next, far, &mut acc.top);
+                    let (sums, cmax) =
+                        sums_and_scan(cur, acc.m, has_max, next, far, &mut acc.top, &mut careful);
                     acc.add(sums);
                     cmax
                 }
@@ -552,6 +561,14 @@ fn sums(xs: &[f32], m: f32, has_max: bool) -> (f32, f32, f32) {
 
 /// The exp pass of the full chunk `cur` interleaved, block by block, with the max scan of the
 /// next chunk `next`: the sums of `cur` and the max of `next`.
+///
+/// On AVX-512 a chunk without the running max first runs without the range mask (one vector
+/// compare fewer per 16 entries): an entry far below the max then adds exactly 0 (`d < −104`,
+/// the scale underflows), a value below 1.7e-38 (`−104 ≤ d < −87`: nothing at the sums'
+/// precision, `s ≥ 1`) or, for `−inf`, NaN and `|d|` beyond ~4e26 (the polynomial overflows),
+/// a non-finite sum. A chunk whose sums come out non-finite is redone with the mask (a NaN
+/// still poisons them there), and the rest of the row keeps it (`careful`), so rows with
+/// masked tokens pay the redo once.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512vl+avx2+fma",
     "x86_64+avx2+fma",
@@ -564,15 +581,25 @@ fn sums_and_scan<T: Logit>(
     next: &[f32],
     far: &[T],
     top: &mut TopJ,
+    careful: &mut bool,
 ) -> ((f32, f32, f32), f32) {
     multiversion::target::match_target! {
         "x86_64+avx512f" => if has_max {
-            x512::interleaved::<true, T>(cur, m, next, far, top)
+            x512::interleaved::<true, true, T>(cur, m, next, far, top)
+        } else if *careful {
+            x512::interleaved::<false, true, T>(cur, m, next, far, top)
         } else {
-            x512::interleaved::<false, T>(cur, m, next, far, top)
+            let ((count, es, ts), cmax) = x512::interleaved::<false, false, T>(cur, m, next, far, top);
+            if es.is_finite() && ts.is_finite() {
+                ((count, es, ts), cmax)
+            } else {
+                *careful = true;
+                let (es, ts) = x512::masked_sums(cur, m);
+                ((count, es, ts), cmax)
+            }
         },
         _ => {
-            let _ = far;
+            let _ = (far, careful);
             let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
             if has_max {
                 interleaved::<true>(fma, cur, m, next, top)
@@ -608,14 +635,16 @@ fn interleaved<const HAS_MAX: bool>(
 }
 
 /// The exp pass on AVX-512F, the hot loop on CPUs that have it (explicit intrinsics, all safe
-/// inside `#[target_feature]` functions). `e^d = 2^⌊k/16⌋ · 2^((k mod 16)/16) · e^r` with
-/// `k = round(16·d·log2 e)` and `r = d − (k/16)·ln 2 ∈ [−ln2/32, ln2/32]` (one fused step, as in
-/// [`exp_neg`]'s FMA form); `e^r` by a degree-3 polynomial (≤ 1.7e-9 relative), the sixteen
-/// `2^(i/16)` from a register by one `vpermps` (the low 4 bits of the rounding sum are
-/// `k mod 16`) and the power of two by one `vscalefps`, which floors `k/16` itself. Against
-/// [`exp_neg`]'s degree-5 form that is 12 instead of 14 vector operations per 16 entries
-/// (measured 31 → 25 µs for an L2-resident row of 151 936 on an Intel Xeon): AMD Zen 4 takes the
-/// same path, where it moves three FMAs to the shuffle and scale units.
+/// inside `#[target_feature]` functions). `e^d = 2^⌊k/32⌋ · 2^((k mod 32)/32) · e^r` with
+/// `k = round(32·d·log2 e)` and `r = d − (k/32)·ln 2 ∈ [−ln2/64, ln2/64]` (one fused step, as in
+/// [`exp_neg`]'s FMA form); `e^r` by a degree-2 polynomial (≤ 5.4e-8 relative), the 32
+/// `2^(i/32)` from two registers by one `vpermt2ps` (the low 5 bits of the rounding sum are
+/// `k mod 32`) and the power of two by one `vscalefps`, which floors `k/32` itself. Against
+/// [`exp_neg`]'s degree-5 form that is 12 instead of 14 vector operations per 16 entries; the
+/// 16-entry table with a degree-3 polynomial before it took one FMA more (measured, same run,
+/// Intel Xeon, a row of 151 936: L2-resident 26.7 → 24.6 µs, streamed from L3 with huge pages
+/// 30.2 → 29.1 µs). AMD Zen 4 takes the same path, where it moves FMAs to the shuffle and scale
+/// units.
 #[cfg(target_arch = "x86_64")]
 mod x512 {
     use super::{Logit, Scan, TopJ, BLOCK, CHUNK};
@@ -631,65 +660,99 @@ mod x512 {
         )
     }
 
-    /// 1.5·2^23: `d·16·log2 e + MAGIC` rounds to the integer `k` and leaves `k mod 16` in the
-    /// low 4 bits (the table index).
+    /// 1.5·2^23: `d·32·log2 e + MAGIC` rounds to the integer `k` and leaves `k mod 32` in the
+    /// low 5 bits (the table index).
     const MAGIC: f32 = 12_582_912.0;
-    /// `16·log2 e`.
-    const LOG2_E_16: f32 = 23.083_12;
-    /// `e^r ≈ 1 + r·(C3[0] + r·(C3[1] + r·C3[2]))`, relative-minimax on `[−ln2/32, ln2/32]`.
-    const C3: [f32; 3] = [1.0, 0.500_016_2, 0.166_660_74];
-    /// `2^(i/16)`, `i = 0..16`, rounded to f32.
-    const TABLE: [f32; 16] = [
+    /// `32·log2 e`.
+    const LOG2_E_32: f32 = 46.166_24;
+    /// `e^r ≈ 1 + r·(C2[0] + r·C2[1])`, relative-minimax on `[−ln2/64, ln2/64]` (5.3e-8).
+    const C2: [f32; 2] = [1.000_014_7, 0.500_000_54];
+    /// `2^(i/32)`, `i = 0..32`, rounded to f32.
+    const TABLE: [f32; 32] = [
         1.0,
+        1.021_897_2,
         1.044_273_7,
+        1.067_140_5,
         1.090_507_7,
+        1.114_386_8,
         1.138_788_6,
+        1.163_724_9,
         1.189_207_1,
+        1.215_247_4,
         1.241_857_8,
+        1.269_051,
         1.296_839_6,
+        1.325_236_7,
         1.354_255_6,
+        1.383_91,
         core::f32::consts::SQRT_2,
+        1.445_180_8,
         1.476_826_2,
+        1.509_164_5,
         1.542_210_8,
+        1.575_980_9,
         1.610_490_3,
+        1.645_755_5,
         1.681_792_9,
+        1.718_619_3,
         1.756_252_2,
+        1.794_709_1,
         1.834_008_1,
+        1.874_167_7,
         1.915_206_6,
+        1.957_144_1,
     ];
 
+    /// The table as two registers (entries 0–15, 16–31).
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn lane<const HAS_MAX: bool>(
+    fn table() -> (__m512, __m512) {
+        (load(&TABLE[..16]), load(&TABLE[16..]))
+    }
+
+    /// One vector of the exp pass; without `MASK` (and `HAS_MAX`) no range mask: see
+    /// [`super::sums_and_scan`] for what entries far below the max give then.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn lane<const HAS_MAX: bool, const MASK: bool>(
         x: __m512,
         m: __m512,
-        tab: __m512,
+        tab: (__m512, __m512),
         e: &mut __m512,
         t: &mut __m512,
         n: &mut __m512i,
     ) {
         let d = _mm512_sub_ps(x, m);
-        let mut keep = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(d, _mm512_set1_ps(-87.0));
+        let mut keep = if MASK || HAS_MAX {
+            _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(d, _mm512_set1_ps(-87.0))
+        } else {
+            0xffff
+        };
         if HAS_MAX {
             let eq = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(d, _mm512_setzero_ps());
             *n = _mm512_mask_add_epi32(*n, eq, *n, _mm512_set1_epi32(1));
             keep &= !eq;
         }
-        let z = _mm512_fmadd_ps(d, _mm512_set1_ps(LOG2_E_16), _mm512_set1_ps(MAGIC));
-        let q = _mm512_fmadd_ps(z, _mm512_set1_ps(0.0625), _mm512_set1_ps(-MAGIC / 16.0));
+        let z = _mm512_fmadd_ps(d, _mm512_set1_ps(LOG2_E_32), _mm512_set1_ps(MAGIC));
+        // `z/32 − MAGIC/32` is `k/32` exactly (ulp 1/32 at 2^18).
+        let q = _mm512_fmadd_ps(z, _mm512_set1_ps(1.0 / 32.0), _mm512_set1_ps(-MAGIC / 32.0));
         let r = _mm512_fnmadd_ps(q, _mm512_set1_ps(core::f32::consts::LN_2), d);
-        let p = _mm512_fmadd_ps(_mm512_set1_ps(C3[2]), r, _mm512_set1_ps(C3[1]));
-        let p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C3[0]));
+        let p = _mm512_fmadd_ps(_mm512_set1_ps(C2[1]), r, _mm512_set1_ps(C2[0]));
         let p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0));
-        let tv = _mm512_permutexvar_ps(_mm512_castps_si512(z), tab);
+        let tv = _mm512_permutex2var_ps(tab.0, _mm512_castps_si512(z), tab.1);
         let v = _mm512_scalef_ps(_mm512_mul_ps(p, tv), q);
-        *e = _mm512_mask_add_ps(*e, keep, *e, v);
-        *t = _mm512_mask3_fmadd_ps(v, d, *t, keep);
+        if MASK || HAS_MAX {
+            *e = _mm512_mask_add_ps(*e, keep, *e, v);
+            *t = _mm512_mask3_fmadd_ps(v, d, *t, keep);
+        } else {
+            *e = _mm512_add_ps(*e, v);
+            *t = _mm512_fmadd_ps(v, d, *t);
+        }
     }
 
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub(super) fn interleaved<const HAS_MAX: bool, T: Logit>(
+    pub(super) fn interleaved<const HAS_MAX: bool, const MASK: bool, T: Logit>(
         cur: &[f32],
         m: f32,
         next: &[f32],
@@ -697,10 +760,7 @@ mod x512 {
         top: &mut TopJ,
     ) -> ((f32, f32, f32), f32) {
         let mut touch = 0u32;
-        let tab = _mm512_setr_ps(
-            TABLE[0], TABLE[1], TABLE[2], TABLE[3], TABLE[4], TABLE[5], TABLE[6], TABLE[7],
-            TABLE[8], TABLE[9], TABLE[10], TABLE[11], TABLE[12], TABLE[13], TABLE[14], TABLE[15],
-        );
+        let tab = table();
         let mv = _mm512_set1_ps(m);
         let (mut e0, mut e1, mut t0, mut t1) = (
             _mm512_setzero_ps(),
@@ -721,10 +781,10 @@ mod x512 {
                     | far[at + 32].bits()
                     | far[at + 48].bits();
             }
-            lane::<HAS_MAX>(load(&b[..16]), mv, tab, &mut e0, &mut t0, &mut n0);
-            lane::<HAS_MAX>(load(&b[16..32]), mv, tab, &mut e1, &mut t1, &mut n1);
-            lane::<HAS_MAX>(load(&b[32..48]), mv, tab, &mut e0, &mut t0, &mut n0);
-            lane::<HAS_MAX>(load(&b[48..64]), mv, tab, &mut e1, &mut t1, &mut n1);
+            lane::<HAS_MAX, MASK>(load(&b[..16]), mv, tab, &mut e0, &mut t0, &mut n0);
+            lane::<HAS_MAX, MASK>(load(&b[16..32]), mv, tab, &mut e1, &mut t1, &mut n1);
+            lane::<HAS_MAX, MASK>(load(&b[32..48]), mv, tab, &mut e0, &mut t0, &mut n0);
+            lane::<HAS_MAX, MASK>(load(&b[48..64]), mv, tab, &mut e1, &mut t1, &mut n1);
             if let Some(block) = next_blocks.next() {
                 sc.block(block);
             }
@@ -736,17 +796,38 @@ mod x512 {
         let ts = _mm512_reduce_add_ps(_mm512_add_ps(t0, t1));
         ((count, es, ts), cmax)
     }
-    /// `e^d` of 16 lanes by [`lane`] (for the accuracy test).
-    #[cfg(test)]
+
+    /// `(Σ e^(x−m), Σ e^(x−m)(x−m))` of the full chunk `cur` with the range mask, for a chunk
+    /// whose unmasked sums came out non-finite (cold). `#[inline]`, not `inline(never)`: like
+    /// the rest of this module it must only be compiled where a dispatch arm uses it (a
+    /// bare-metal build without AVX-512 dispatch cannot lower it).
+    #[cold]
+    #[inline]
     #[target_feature(enable = "avx512f")]
-    pub(super) fn exp_lanes(d: &[f32; 16]) -> [f32; 16] {
+    pub(super) fn masked_sums(cur: &[f32], m: f32) -> (f32, f32) {
+        let (tab, mv) = (table(), _mm512_set1_ps(m));
         let (mut e, mut t, mut n) = (
             _mm512_setzero_ps(),
             _mm512_setzero_ps(),
             _mm512_setzero_si512(),
         );
-        let tab = load(&TABLE);
-        lane::<false>(load(d), _mm512_setzero_ps(), tab, &mut e, &mut t, &mut n);
+        for v in cur.chunks_exact(16) {
+            lane::<false, true>(load(v), mv, tab, &mut e, &mut t, &mut n);
+        }
+        (_mm512_reduce_add_ps(e), _mm512_reduce_add_ps(t))
+    }
+
+    /// `e^d` of 16 lanes by [`lane`] (for the accuracy tests), with or without the range mask.
+    #[cfg(test)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn exp_lanes<const MASK: bool>(d: &[f32; 16]) -> [f32; 16] {
+        let (mut e, mut t, mut n) = (
+            _mm512_setzero_ps(),
+            _mm512_setzero_ps(),
+            _mm512_setzero_si512(),
+        );
+        let tab = table();
+        lane::<false, MASK>(load(d), _mm512_setzero_ps(), tab, &mut e, &mut t, &mut n);
         // Lane by lane without a store: the sum of one unmasked lane and zeros is that lane.
         core::array::from_fn(|l| _mm512_reduce_add_ps(_mm512_maskz_mov_ps(1 << l, e)))
     }
@@ -840,7 +921,7 @@ mod tests {
     #[multiversion::multiversion(targets("x86_64+avx512f"))]
     fn exp16(d: &[f32; 16]) -> Option<[f32; 16]> {
         multiversion::target::match_target! {
-            "x86_64+avx512f" => Some(x512::exp_lanes(d)),
+            "x86_64+avx512f" => Some(x512::exp_lanes::<true>(d)),
             _ => {
                 let _ = d;
                 None
@@ -853,8 +934,12 @@ mod tests {
         let Some(one) = exp16(&[0.0; 16]) else {
             // Not silent: on a CPU without AVX-512F the dispatch must say so, and the portable
             // path is the one `exp_neg_is_accurate` covers.
-            assert!(!std::is_x86_feature_detected!("avx512f"));
-            std::println!("no AVX-512F on this CPU: the AVX-512 exp pass is not used here");
+            // Without `std` the dispatch is static (the build's target features), so the CPU
+            // may have AVX-512F that this build does not use.
+            assert!(!cfg!(feature = "std") || !std::is_x86_feature_detected!("avx512f"));
+            std::println!(
+                "no AVX-512F dispatch in this build or CPU: the AVX-512 exp pass is not used"
+            );
             return;
         };
         assert_eq!(one, [1.0; 16]);
@@ -872,10 +957,65 @@ mod tests {
             }
             x += 0.000_37;
         }
-        // Polynomial 1.7e-9, f32 rounding of the evaluation and the table (a few 6e-8), and
-        // ln 2's rounding times |k/16| ≤ 126 in the fused reduction (≤ 2.4e-7 at d = −87).
+        // Polynomial 5.3e-8, f32 rounding of the evaluation and the table (a few 6e-8), and
+        // ln 2's rounding times |k/32| ≤ 126 in the fused reduction (≤ 2.4e-7 at d = −87).
         std::println!("AVX-512 exp worst relative error {worst:.2e}");
         assert!(worst < 6e-7, "worst relative error {worst}");
+    }
+
+    /// [`exp16`] without the range mask.
+    #[multiversion::multiversion(targets("x86_64+avx512f"))]
+    fn exp16_unmasked(d: &[f32; 16]) -> Option<[f32; 16]> {
+        multiversion::target::match_target! {
+            "x86_64+avx512f" => Some(x512::exp_lanes::<false>(d)),
+            _ => {
+                let _ = d;
+                None
+            },
+        }
+    }
+
+    #[test]
+    fn avx512_exp_without_the_mask_is_exact_or_caught_far_below_the_max() {
+        // What the unmasked fast path relies on: for every d below −87 the value is under
+        // e^−87 = 1.65e-38, exactly 0, or not finite (then the chunk is redone masked).
+        let mut ds = std::vec![f32::NEG_INFINITY, -f32::MAX, f32::MIN_POSITIVE - f32::MAX];
+        let mut x = 87.0f32;
+        while x < f32::MAX / 1.001 {
+            ds.push(-x);
+            x *= 1.001;
+        }
+        let (mut zero, mut tiny, mut caught) = (0, 0, 0);
+        let mut first_caught = f32::NEG_INFINITY;
+        for d in ds.chunks(16) {
+            let mut lanes = [-100.0f32; 16];
+            lanes[..d.len()].copy_from_slice(d);
+            let Some(got) = exp16_unmasked(&lanes) else {
+                // Without `std` the dispatch is static (the build's target features), so the CPU
+                // may have AVX-512F that this build does not use.
+                assert!(!cfg!(feature = "std") || !std::is_x86_feature_detected!("avx512f"));
+                std::println!(
+                    "no AVX-512F dispatch in this build or CPU: the unmasked pass is not used"
+                );
+                return;
+            };
+            for (&g, &di) in got.iter().zip(&lanes) {
+                if !g.is_finite() {
+                    caught += 1;
+                    first_caught = first_caught.max(di);
+                } else if g == 0.0 {
+                    zero += 1;
+                } else {
+                    assert!(g > 0.0 && g < 1.7e-38 && di >= -104.0, "e^{di} gave {g}");
+                    tiny += 1;
+                }
+            }
+        }
+        std::println!(
+            "unmasked exp below -87: {zero} exact 0, {tiny} tiny, {caught} caught \
+             (from d = {first_caught:e})"
+        );
+        assert!(caught > 0 && zero > 0 && tiny > 0);
     }
 
     #[test]
