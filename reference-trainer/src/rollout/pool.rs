@@ -162,30 +162,21 @@ impl EnvPool {
                     "search-index-v1-seed{seed}-passages{}",
                     size.passages
                 ));
-                // The index is built into a temporary folder and renamed into place, so a
-                // folder that exists is complete; a broken one is rebuilt.
-                let index = match Bm25Index::open(&folder) {
-                    Ok(i) => i,
-                    Err(e)
-                        if folder.exists()
-                            && !matches!(
-                                e,
-                                RetrievalError::Incomplete { .. } | RetrievalError::Corrupt { .. }
-                            ) =>
-                    {
-                        return Err(env_err(kind, format!("{}: {e}", folder.display())));
-                    }
-                    Err(_) => {
-                        if folder.exists() {
-                            std::fs::remove_dir_all(&folder).map_err(|e| Error::io(&folder, e))?;
+                // A cache this crate owns: validated on open (checksums, passage count), rebuilt
+                // when missing, incomplete or damaged; concurrent builders (two runs at once)
+                // each build into a temporary folder and share the first finished index.
+                let index = Bm25Index::open_or_build_cache(
+                    &folder,
+                    |b| {
+                        for p in world.passages.iter().cloned() {
+                            b.add(p)?;
                         }
-                        if let Some(parent) = folder.parent() {
-                            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-                        }
-                        Bm25Index::build(&folder, world.passages.clone(), 1, 64)
-                            .map_err(|e| env_err(kind, format!("{}: {e}", folder.display())))?
-                    }
-                };
+                        Ok::<(), RetrievalError>(())
+                    },
+                    1,
+                    64,
+                )
+                .map_err(|e| env_err(kind, format!("{}: {e}", folder.display())))?;
                 Proto::Search(
                     SearchQaEnv::generated_splits(
                         &world,

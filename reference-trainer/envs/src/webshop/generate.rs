@@ -2,10 +2,13 @@
 //! ` › ` breadcrumbs, descriptions, bullet points, single and range pricing strings, customization
 //! options with images), their `items_ins_v2` records (mined-style attributes, a "Find me …"
 //! instruction and the attributes it requires; some null, as upstream), human-style instructions
-//! with option values, and each title's noun list (the reward's title score needs it; the
-//! generator knows its own nouns exactly). Scales to 10⁵+ products.
+//! with option values, and each title's noun list: the words of the title spaCy's
+//! `en_core_web_sm` tags NOUN or PROPN, as the original reward takes them (Title-Case adjectives
+//! count), read from the tagger's verdicts on every title the generator can write
+//! ([`super::title_nouns`]). Scales to 10⁵+ products.
 
 use super::data::{HumanRecord, InsRecord, RawProduct};
+use super::title_nouns::{title_index, TitleKey, TitleNouns};
 use crate::rng::Rng;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -128,7 +131,7 @@ pub struct Generated {
     pub ins: InsRecord,
     /// The `items_human_ins` records.
     pub human: Vec<HumanRecord>,
-    /// The title's nouns.
+    /// The title's nouns: the lowercased words spaCy tags NOUN/PROPN, in title order.
     pub nouns: Vec<String>,
 }
 
@@ -138,17 +141,17 @@ fn capitalize(w: &str) -> String {
         .map_or_else(String::new, |f| f.to_uppercase().chain(c).collect())
 }
 
-fn brand(rng: &mut Rng) -> String {
-    const SYL: [&str; 16] = [
-        "ze", "vo", "ra", "lu", "mi", "ko", "ta", "ne", "qu", "by", "ro", "sa", "fi", "do", "xe",
-        "pa",
-    ];
+/// The syllables brands are made of (two or three of them).
+const SYLLABLES: [&str; 16] = [
+    "ze", "vo", "ra", "lu", "mi", "ko", "ta", "ne", "qu", "by", "ro", "sa", "fi", "do", "xe", "pa",
+];
+
+/// A brand and its syllable indices.
+fn brand(rng: &mut Rng) -> (String, (usize, usize, Option<usize>)) {
     let n = 2 + rng.below(2);
-    capitalize(
-        &(0..n)
-            .map(|_| SYL[rng.below(SYL.len())])
-            .collect::<String>(),
-    )
+    let idx: Vec<usize> = (0..n).map(|_| rng.below(SYLLABLES.len())).collect();
+    let name = capitalize(&idx.iter().map(|&i| SYLLABLES[i]).collect::<String>());
+    (name, (idx[0], idx[1], idx.get(2).copied()))
 }
 
 fn pick_distinct<'a>(rng: &mut Rng, xs: &[&'a str], n: usize) -> Vec<&'a str> {
@@ -158,6 +161,62 @@ fn pick_distinct<'a>(rng: &mut Rng, xs: &[&'a str], n: usize) -> Vec<&'a str> {
         out.push(pool.swap_remove(rng.below(pool.len())));
     }
     out
+}
+
+/// [`pick_distinct`] on indices `0..n` (the same draws).
+fn pick_distinct_indices(rng: &mut Rng, n: usize, k: usize) -> Vec<usize> {
+    let mut pool: Vec<usize> = (0..n).collect();
+    let mut out = Vec::new();
+    for _ in 0..k.min(pool.len()) {
+        out.push(pool.swap_remove(rng.below(pool.len())));
+    }
+    out
+}
+
+/// The title grammar as `tools/webshop_title_nouns.py` reads it (and as the header of
+/// `title_nouns.bin` records it): syllables, brand lengths, and each category's adjectives and
+/// nouns in the generator's order. `cargo run -p t2po-envs --example webshop_title_grammar`
+/// prints it.
+pub fn title_grammar() -> Value {
+    json!({
+        "syllables": SYLLABLES,
+        "brand_syllables": [2, 3],
+        "specs": SPECS.iter().map(|s| json!({
+            "category": s.category,
+            "adjectives": s.adjectives,
+            "nouns": s.nouns,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The lowercased title words spaCy tags NOUN/PROPN, in title order (duplicates kept, as
+/// `goal.py`'s list).
+fn title_nouns(
+    spec: usize,
+    adjective: usize,
+    nouns: &[usize],
+    brand: (usize, usize, Option<usize>),
+    words: &[&str],
+) -> Vec<String> {
+    let sizes: Vec<(usize, usize)> = SPECS
+        .iter()
+        .map(|s| (s.adjectives.len(), s.nouns.len()))
+        .collect();
+    let key = TitleKey {
+        spec,
+        adjective,
+        nouns: (nouns[0], nouns.get(1).copied()),
+        brand,
+    };
+    let mask = TitleNouns::shipped()
+        .mask(title_index(&sizes, SYLLABLES.len(), key))
+        .expect("title_nouns.bin covers every title (tested)");
+    words
+        .iter()
+        .enumerate()
+        .filter(|&(t, _)| mask & (1 << t) != 0)
+        .map(|(_, w)| w.to_lowercase())
+        .collect()
 }
 
 /// `n` products from `seed`.
@@ -174,23 +233,22 @@ pub fn generate_catalog(seed: u64, n: usize) -> Vec<Generated> {
         if !asins.insert(asin.clone()) {
             continue;
         }
-        let spec = &SPECS[rng.below(SPECS.len())];
+        let spec_index = rng.below(SPECS.len());
+        let spec = &SPECS[spec_index];
         let (query, breadcrumb) = spec.queries[rng.below(spec.queries.len())];
-        let b = brand(&mut rng);
+        let (b, brand_key) = brand(&mut rng);
         let k = 1 + rng.below(2);
-        let nouns_used = pick_distinct(&mut rng, spec.nouns, k);
-        let adj = spec.adjectives[rng.below(spec.adjectives.len())];
-        let title = format!(
-            "{b} {} {}",
-            capitalize(adj),
-            nouns_used
-                .iter()
-                .map(|w| capitalize(w))
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-        let mut nouns = vec![b.to_lowercase()];
-        nouns.extend(nouns_used.iter().map(|s| s.to_string()));
+        let noun_indices = pick_distinct_indices(&mut rng, spec.nouns.len(), k);
+        let nouns_used: Vec<&str> = noun_indices.iter().map(|&i| spec.nouns[i]).collect();
+        let adj_index = rng.below(spec.adjectives.len());
+        let adj = spec.adjectives[adj_index];
+        let words: Vec<String> = [b.clone(), capitalize(adj)]
+            .into_iter()
+            .chain(nouns_used.iter().map(|w| capitalize(w)))
+            .collect();
+        let title = words.join(" ");
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        let nouns = title_nouns(spec_index, adj_index, &noun_indices, brand_key, &words);
         let k = 3 + rng.below(3);
         let attributes: Vec<String> = pick_distinct(&mut rng, spec.attributes, k)
             .into_iter()

@@ -1,5 +1,6 @@
 //! WebShop (spec §1): the exact reward, the text pages and clickables, BM25 search with the
-//! original's analyzer and parameters, a generated catalog and the real-data loaders, the expert,
+//! original's analyzer and parameters (and its lowercasing: Python's, then Lucene's), a generated
+//! catalog whose title nouns are spaCy's ([`title_nouns`]) and the real-data loaders, the expert,
 //! and verl-agent's wrapper (observation formatting, available actions, projection, prompts,
 //! 15 steps, RL reward 10 when the purchase scores exactly 1.0).
 
@@ -7,11 +8,13 @@ pub mod data;
 pub mod expert;
 pub mod generate;
 pub mod goal;
+pub mod porter;
 pub mod python_text;
 mod python_unicode_table;
 pub mod reward;
 pub mod search;
 pub mod site;
+pub mod title_nouns;
 
 use crate::error::{EnvError, LoadError};
 use crate::rng::Rng;

@@ -1,17 +1,27 @@
 //! WebShop search (spec §1.5): BM25 with Pyserini's defaults over
 //! `" ".join([Title, Description, BulletPoints[0], option_text]).lower()`.
 //!
-//! Analyzer (Anserini's DefaultEnglishAnalyzer): a StandardTokenizer (UAX #29 word rules:
-//! letters and digits, joined across `'`/`.` between letters and `.`/`,` between digits) →
-//! lowercase → Lucene's 33 English stopwords → Porter stemmer (the `porter-stemmer` crate, the
-//! original 1980 algorithm as Lucene's PorterStemFilter). Scoring is Lucene ≥ 8 BM25 with
+//! Lowercasing happens twice, as in the original: the indexed text (`convert_product_file_format.py`)
+//! and the query (the text env's `action_arg.lower()`, the app's `search_query.lower()`) with
+//! Python's `str.lower()` ([`python_text::lower`]: full mapping, `İ` → `i̇`, final sigma), then
+//! inside Lucene's analyzer by its LowerCaseFilter, Java's `Character.toLowerCase` per code point
+//! ([`lucene_lowercase`]: the simple mapping, `İ` → `i`, `Σ` → `σ` everywhere) — not Rust's
+//! `to_lowercase`, which differs from both.
+//!
+//! Analyzer (Anserini 0.14.3's `DefaultEnglishAnalyzer.newDefaultInstance()`, what pyserini
+//! 0.17's `LuceneSearcher` uses): a StandardTokenizer (UAX #29 word rules: letters and digits,
+//! joined across `'`/`.`/`’`/`:` between letters, `.`/`,`/`;` between digits, `_` anywhere) →
+//! EnglishPossessiveFilter (a trailing `'s`/`’s`/`＇s` dropped) → LowerCaseFilter → Lucene's 33
+//! English stopwords → Porter stemmer ([`super::porter`]: Lucene's `PorterStemmer`, ported). Scoring is Lucene ≥ 8 BM25 with
 //! k1 = 0.9, b = 0.4: `idf = ln(1 + (N − df + 0.5)/(df + 0.5))`, per query term
 //! `w − w/(1 + tf·normInverse)` in f32 with the document length stored lossily as Lucene's
 //! SmallFloat byte; ties broken by index order. Hand-written because tantivy fixes k1 = 1.2 and
 //! b = 0.75; what may still differ from Lucene: StandardTokenizer's rarer UAX #29 cases (emoji,
-//! Katakana, URLs), so rankings are near-identical, not guaranteed equal.
+//! ideographs and kana, combining marks, Hebrew and Southeast Asian scripts), measured by
+//! `tests/webshop_lucene_parity.rs` against the real analyzer.
 
 use super::data::Product;
+use super::python_text;
 use std::collections::HashMap;
 
 /// Lucene's `EnglishAnalyzer.ENGLISH_STOP_WORDS_SET`.
@@ -26,14 +36,36 @@ pub const K1: f32 = 0.9;
 /// BM25 `b`.
 pub const B: f32 = 0.4;
 
+/// UAX #29 ExtendNumLet (connector punctuation and U+202F): part of a word wherever it stands.
+fn extend_num_let(c: char) -> bool {
+    matches!(
+        c,
+        '_' | '\u{202f}'
+            | '\u{203f}'
+            | '\u{2040}'
+            | '\u{2054}'
+            | '\u{fe33}'
+            | '\u{fe34}'
+            | '\u{fe4d}'..='\u{fe4f}' | '\u{ff3f}'
+    )
+}
+
 /// StandardTokenizer-like word split.
 pub fn tokenize(text: &str) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
     let mut cur = String::new();
+    // A run of connector punctuation alone is no token.
+    fn flush(cur: &mut String, out: &mut Vec<String>) {
+        if cur.chars().any(|c| !extend_num_let(c)) {
+            out.push(std::mem::take(cur));
+        } else {
+            cur.clear();
+        }
+    }
     for i in 0..chars.len() {
         let c = chars[i];
-        if c.is_alphanumeric() {
+        if c.is_alphanumeric() || extend_num_let(c) {
             cur.push(c);
             continue;
         }
@@ -43,19 +75,25 @@ pub fn tokenize(text: &str) -> Vec<String> {
         );
         let joins = match (prev, next) {
             (Some(p), Some(n)) if !cur.is_empty() => {
-                ((c == '\'' || c == '.') && p.is_alphabetic() && n.is_alphabetic())
-                    || ((c == '.' || c == ',') && p.is_ascii_digit() && n.is_ascii_digit())
+                // WB6/7: ALetter (MidLetter | MidNumLet | Single_Quote) ALetter.
+                (matches!(c, '\'' | '.' | ':' | '\u{b7}' | '\u{2018}' | '\u{2019}' | '\u{ff07}')
+                    && p.is_alphabetic()
+                    && n.is_alphabetic())
+                // WB11/12: Numeric (MidNum | MidNumLet | Single_Quote) Numeric.
+                    || (matches!(c, '.' | ',' | ';' | '\'' | '\u{2018}' | '\u{2019}' | '\u{ff07}')
+                        && p.is_ascii_digit()
+                        && n.is_ascii_digit())
             }
             _ => false,
         };
         if joins {
             cur.push(c);
         } else if !cur.is_empty() {
-            out.push(std::mem::take(&mut cur));
+            flush(&mut cur, &mut out);
         }
     }
     if !cur.is_empty() {
-        out.push(cur);
+        flush(&mut cur, &mut out);
     }
     out
 }
@@ -100,15 +138,35 @@ pub fn byte4_to_int(b: u8) -> u32 {
 /// keeps [`Bm25::search`] a `&self` method that many environments can share).
 pub fn analyze(text: &str) -> Vec<String> {
     analyzed_tokens(text)
-        .map(|t| porter_stemmer::stem(&t))
+        .map(|t| super::porter::stem(&t))
         .collect()
+}
+
+/// Lucene's `EnglishPossessiveFilter`: a token ending in `'s`, `’s` or `＇s` (`s` or `S`) loses
+/// those two characters.
+pub fn strip_possessive(token: &str) -> &str {
+    let mut rev = token.chars().rev();
+    match (rev.next(), rev.next()) {
+        (Some('s' | 'S'), Some(q @ ('\'' | '\u{2019}' | '\u{ff07}'))) => {
+            &token[..token.len() - 1 - q.len_utf8()]
+        }
+        _ => token,
+    }
+}
+
+/// Lucene's `LowerCaseFilter`: Java's `Character.toLowerCase(int)` on each code point — the
+/// simple one-to-one mapping (`İ` → `i`, `Σ` → `σ` whatever follows, `ẞ` → `ß`), Unicode 13.0
+/// as Java 17 and this crate's Python tables (Java 11, which the original ran, has Unicode 10.0:
+/// the few mappings added since reach it only already lowercased by Python's `str.lower()`).
+pub fn lucene_lowercase(token: &str) -> String {
+    token.chars().map(python_text::lower_first).collect()
 }
 
 fn analyzed_tokens(text: &str) -> impl Iterator<Item = String> + '_ {
     tokenize(text)
         .into_iter()
-        .map(|t| t.to_lowercase())
-        .filter(|t| !STOPWORDS.contains(&t.as_str()))
+        .map(|t| lucene_lowercase(strip_possessive(&t)))
+        .filter(|t| !t.is_empty() && !STOPWORDS.contains(&t.as_str()))
 }
 
 /// The analyzer with a stem cache, for indexing (the vocabulary is small next to the token
@@ -126,7 +184,7 @@ impl Analyzer {
                 if let Some(s) = self.stems.get(&t) {
                     return s.clone();
                 }
-                let s = porter_stemmer::stem(&t);
+                let s = super::porter::stem(&t);
                 self.stems.insert(t, s.clone());
                 s
             })
@@ -143,14 +201,15 @@ pub fn indexed_text(p: &Product) -> String {
         .collect::<Vec<_>>()
         .join(", and ");
     let first_bullet = p.bullet_points.first().map_or("", String::as_str);
-    [
+    let text = [
         p.title.as_str(),
         p.description.as_str(),
         first_bullet,
         option_text.as_str(),
     ]
-    .join(" ")
-    .to_lowercase()
+    .join(" ");
+    // `convert_product_file_format.py`: `' '.join([...]).lower()` in Python.
+    python_text::lower(&text)
 }
 
 /// Java's `Math.round(score * 1e4f)` (the float product, then `floor(x + 0.5)`): the key
@@ -224,7 +283,8 @@ impl Bm25 {
     /// returned score is the unrounded one). Every query token is a SHOULD clause of its own
     /// (repeated words count again, as in Lucene's BooleanQuery).
     pub fn search(&self, query: &str, n: usize) -> Vec<(usize, f32)> {
-        let terms = analyze(&query.to_lowercase());
+        // The env lowercases the query with Python's str.lower() before pyserini sees it.
+        let terms = analyze(&python_text::lower(query));
         let docs = self.norms.len() as f64;
         let mut scores: HashMap<u32, f32> = HashMap::new();
         for t in &terms {
@@ -268,6 +328,67 @@ mod tests {
         assert_eq!(
             a.analyze("The running shoes are for hiking"),
             ["run", "shoe", "hike"]
+        );
+    }
+
+    /// Code points where Rust's `to_lowercase` and Java's `Character.toLowerCase` (Java 17,
+    /// Unicode 13.0: what `tests/webshop_lucene_parity.rs` dumps) disagree, and some where they
+    /// agree: (code point, Java's lowercase).
+    #[test]
+    fn lucene_lowercases_as_java() {
+        const JAVA: [(char, char); 12] = [
+            ('\u{130}', 'i'),           // İ: Rust gives "i\u{307}"
+            ('\u{3a3}', '\u{3c3}'),     // Σ: σ even where Rust writes final ς
+            ('\u{1e9e}', '\u{df}'),     // ẞ → ß (both)
+            ('\u{212a}', 'k'),          // Kelvin sign (both)
+            ('\u{1c5}', '\u{1c6}'),     // titlecase ǅ (both)
+            ('\u{1c90}', '\u{10d0}'),   // Georgian Mtavruli, Unicode 11 (both)
+            ('\u{a7c7}', '\u{a7c8}'),   // Unicode 13 (both)
+            ('\u{2c2f}', '\u{2c2f}'),   // Unicode 14: Rust lowercases, Java 17 does not
+            ('\u{a7c0}', '\u{a7c0}'),   // Unicode 14
+            ('\u{10570}', '\u{10570}'), // Vithkuqi, Unicode 14
+            ('A', 'a'),
+            ('\u{df}', '\u{df}'),
+        ];
+        for (c, want) in JAVA {
+            assert_eq!(
+                lucene_lowercase(&c.to_string()),
+                want.to_string(),
+                "U+{:04X}",
+                c as u32
+            );
+        }
+        // Where Rust differs: the two-code-point İ, final sigma, newer Unicode.
+        assert_eq!("\u{130}".to_lowercase(), "i\u{307}");
+        assert_eq!("ΟΔΟΣ".to_lowercase(), "οδος");
+        assert_eq!(lucene_lowercase("ΟΔΟΣ"), "οδοσ");
+        assert_eq!("\u{2c2f}".to_lowercase(), "\u{2c5f}");
+        // The analyzer lowercases as Lucene; the indexed text and the query go through Python's
+        // str.lower() first (final sigma kept, İ → i̇), as in the original.
+        assert_eq!(analyze("İSTANBUL ΟΔΟΣ"), ["istanbul", "οδοσ"]);
+        assert_eq!(python_text::lower("ΟΔΟΣ"), "οδος");
+    }
+
+    #[test]
+    fn possessives_underscores_and_colons_as_lucene() {
+        assert_eq!(strip_possessive("Dog's"), "Dog");
+        assert_eq!(strip_possessive("DOG'S"), "DOG");
+        assert_eq!(strip_possessive("dog’s"), "dog");
+        assert_eq!(strip_possessive("dog＇s"), "dog");
+        assert_eq!(strip_possessive("dogs"), "dogs");
+        assert_eq!(strip_possessive("'s"), "");
+        // Outputs of Anserini 0.14.3's StandardTokenizer on the same lines.
+        assert_eq!(
+            tokenize("foo_bar _foo foo_ ___ a_1"),
+            ["foo_bar", "_foo", "foo_", "a_1"]
+        );
+        assert_eq!(
+            tokenize("a:b a::b 1:2 1;2 a;b 1'2 a’b 1’2 a‘b a·b"),
+            ["a:b", "a", "b", "1", "2", "1;2", "a", "b", "1'2", "a’b", "1’2", "a‘b", "a·b"]
+        );
+        assert_eq!(
+            analyze("Women's dog’s THE Running shoes"),
+            ["women", "dog", "run", "shoe"]
         );
     }
 

@@ -319,7 +319,8 @@ impl Session {
         let Some(c) = action_re().captures(action) else {
             return false;
         };
-        let (name, arg) = (c[1].to_string(), c[2].to_lowercase());
+        // The text env's `action_arg.lower()`: Python's str.lower(), not Rust's to_lowercase.
+        let (name, arg) = (c[1].to_string(), super::python_text::lower(&c[2]));
         match name.as_str() {
             "search" if !arg.is_empty() => {
                 self.search(cat, &arg);
