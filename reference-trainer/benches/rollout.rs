@@ -14,7 +14,7 @@ use candle_core::{DType, Device};
 use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;
 use reference_trainer::model::{Qwen3, Qwen3Config};
-use reference_trainer::rollout::{Policy, Sampler, SamplingParams};
+use reference_trainer::rollout::{CandleDecode, Policy, QwenCache, Sampler, SamplingParams};
 use t2po_control::{Config, Sequence, ThinkStart};
 
 #[global_allocator]
@@ -26,15 +26,55 @@ struct Row {
     unit: &'static str,
 }
 
+/// How a decode run decodes: the rollout's path (direct on f32 CPU) with its default thread
+/// split or a given one, or candle tensors (`Qwen3::decode`, the previous path).
+#[derive(Clone, Copy)]
+enum Path {
+    Direct(Option<usize>),
+    Candle,
+}
+
 fn decode_run(
     model: &Qwen3,
+    path: Path,
     batch: usize,
     prompt: usize,
     steps: usize,
     control: bool,
     sampler: &mut Sampler,
 ) -> (f64, f64) {
-    let vocab = model.config().vocab_size;
+    // On the pool, as the rollout runs its decode loop.
+    rayon::scope(|_| match path {
+        Path::Direct(threads) => {
+            let set = |c: &mut QwenCache| {
+                if let (QwenCache::Direct(s), Some(t)) = (c, threads) {
+                    s.set_threads(t);
+                }
+            };
+            decode_steps(model, set, batch, prompt, steps, control, sampler)
+        }
+        Path::Candle => decode_steps(
+            &CandleDecode(model),
+            |_| {},
+            batch,
+            prompt,
+            steps,
+            control,
+            sampler,
+        ),
+    })
+}
+
+fn decode_steps<P: Policy>(
+    model: &P,
+    setup: impl Fn(&mut P::Cache),
+    batch: usize,
+    prompt: usize,
+    steps: usize,
+    control: bool,
+    sampler: &mut Sampler,
+) -> (f64, f64) {
+    let vocab = model.vocab_size();
     let prompts: Vec<Vec<u32>> = (0..batch)
         .map(|b| {
             (0..prompt)
@@ -58,6 +98,7 @@ fn decode_run(
         .collect();
     let mut logits = Vec::new();
     let mut cache = Policy::prefill(model, &prompts, steps, &mut logits).unwrap();
+    setup(&mut cache);
     let mut draws = Vec::new();
     let mut tokens = vec![0u32; batch];
     let t0 = Instant::now();
@@ -125,34 +166,56 @@ fn main() {
     });
 
     let steps = if quick { 16 } else { 64 };
+    let threads = rayon::current_num_threads();
     for batch in [1usize, 32, 64] {
-        let _ = decode_run(&model, batch, 64, 4, true, &mut sampler);
-        let (mut on, mut off, mut ctl) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
-        for _ in 0..reps {
-            let (t, c) = decode_run(&model, batch, 64, steps, true, &mut sampler);
-            if t < on {
-                on = t;
-                ctl = c;
-            }
-            off = off.min(decode_run(&model, batch, 64, steps, false, &mut sampler).0);
-        }
+        let direct = Path::Direct(None);
+        let _ = decode_run(&model, direct, batch, 64, 4, true, &mut sampler);
+        let best = |path: Path, control: bool, sampler: &mut Sampler| {
+            (0..reps)
+                .map(|_| decode_run(&model, path, batch, 64, steps, control, sampler))
+                .fold((f64::INFINITY, 0.0), |a, b| if b.0 < a.0 { b } else { a })
+        };
+        // Interleaved per repetition would be fairer still; best-of-reps per variant, the
+        // variants back to back, is what the machine's noise allows to compare.
+        let (on, ctl) = best(direct, true, &mut sampler);
+        let (off, _) = best(direct, false, &mut sampler);
+        let (candle, candle_ctl) = best(Path::Candle, true, &mut sampler);
         let tokens = (batch * steps) as f64;
-        rows.push(Row {
-            name: format!("decode batch {batch} (control on)"),
-            value: tokens / on,
-            unit: "tok/s",
-        });
-        rows.push(Row {
-            name: format!("decode batch {batch} (control off)"),
-            value: tokens / off,
-            unit: "tok/s",
-        });
-
-        rows.push(Row {
-            name: format!("control kernel share of the decode step (same logits), batch {batch}"),
-            value: 100.0 * ctl / on,
-            unit: "%",
-        });
+        let mut row =
+            |name: String, value: f64, unit: &'static str| rows.push(Row { name, value, unit });
+        row(
+            format!("decode batch {batch} (control on)"),
+            tokens / on,
+            "tok/s",
+        );
+        row(
+            format!("decode batch {batch} (control off)"),
+            tokens / off,
+            "tok/s",
+        );
+        row(
+            format!("decode batch {batch}, candle path (control on)"),
+            tokens / candle,
+            "tok/s",
+        );
+        for t in 1..=threads.min(2) {
+            let (s, _) = best(Path::Direct(Some(t)), true, &mut sampler);
+            row(
+                format!("decode batch {batch} (control on), model split over {t} thread(s)"),
+                tokens / s,
+                "tok/s",
+            );
+        }
+        row(
+            format!("control kernel share of the decode step (same logits), batch {batch}"),
+            100.0 * ctl / on,
+            "%",
+        );
+        row(
+            format!("control kernel share, candle path, batch {batch}"),
+            100.0 * candle_ctl / candle,
+            "%",
+        );
     }
 
     let peak = reference_trainer::peak_rss_bytes().unwrap_or(0) as f64 / (1u64 << 20) as f64;

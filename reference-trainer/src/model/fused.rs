@@ -92,7 +92,7 @@ fn sigmoid(x: f32) -> f32 {
 const LANES: usize = 16;
 
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let (ra, rb) = (ca.remainder(), cb.remainder());
@@ -133,7 +133,7 @@ struct RmsNorm {
 }
 
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
+pub(crate) fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     let d = w.len();
     for (xr, yr) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)) {
         let r = 1.0 / (dot(xr, xr) / d as f32 + eps).sqrt();
@@ -291,7 +291,15 @@ struct Rope {
 }
 
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn rope_rows(x: &[f32], cs: &[f32], d: usize, heads: usize, row0: usize, inv: bool, y: &mut [f32]) {
+pub(crate) fn rope_rows(
+    x: &[f32],
+    cs: &[f32],
+    d: usize,
+    heads: usize,
+    row0: usize,
+    inv: bool,
+    y: &mut [f32],
+) {
     let half = d / 2;
     for (i, (xr, yr)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).enumerate() {
         let p = (row0 + i) / heads;
@@ -408,7 +416,7 @@ struct MaskedSoftmax {
 }
 
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn softmax_range(s: &[f32], scale: f32, out: &mut [f32]) {
+pub(crate) fn softmax_range(s: &[f32], scale: f32, out: &mut [f32]) {
     let m = max_of(s) * scale;
     let mut acc = [0f32; LANES];
     let cs = s.chunks_exact(LANES);
@@ -551,7 +559,7 @@ pub fn attention(
 struct SwiGlu;
 
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn swiglu_fwd(g: &[f32], u: &[f32], y: &mut [f32]) {
+pub(crate) fn swiglu_fwd(g: &[f32], u: &[f32], y: &mut [f32]) {
     for ((o, &a), &b) in y.iter_mut().zip(g).zip(u) {
         *o = a * sigmoid(a) * b;
     }
