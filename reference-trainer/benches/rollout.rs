@@ -1,9 +1,12 @@
 //! Rollout speed of the default-shaped policy (vocab 4096, d 128, 2 layers, 4 heads / 2 KV,
 //! head_dim 32, MLP 512, tied; random weights): prefill tokens/s, decode tokens/s at batch
 //! 1 / 32 / 64 with one draw per row, with the T²PO kernel (statistics, M_t, TTI decision,
-//! accept) on and off, interleaved in one run; and the kernel's share of a decode step, timed on
-//! the same logits inside the same steps (the step with the kernel minus a sampling-only pass
-//! over the same rows), which separate on/off runs on a shared machine are too noisy to show.
+//! accept) on and off, in one run: the rollout's direct decode step (`model::decode`) with its
+//! default row split, split over 1 and 2 threads, and the candle-tensor path it replaced
+//! (`Qwen3::decode`); and the kernel's share of a decode step, timed on the same logits inside
+//! the same steps (the step with the kernel minus a sampling-only pass over the same rows),
+//! which separate on/off runs on a shared machine are too noisy to show. Decode loops run on
+//! the rayon pool, as the rollout runs them.
 //!
 //! `cargo bench -p reference-trainer --bench rollout [-- --json] [-- --quick]`
 //! (`benches/speed_vs_torch.py` runs it next to PyTorch and prints the ratios.)
@@ -137,6 +140,7 @@ fn decode_steps<P: Policy>(
 }
 
 fn main() {
+    reference_trainer::tune_allocator();
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|a| a == "--json");
     let quick = args.iter().any(|a| a == "--quick");

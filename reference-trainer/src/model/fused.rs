@@ -58,7 +58,7 @@ fn u32s<'a>(s: &'a CpuStorage, l: &Layout, op: &str, what: &str) -> Result<&'a [
 /// relative for `d ∈ [−87, 0]`. Below −87 (`e^d < 1.7e-38`) it returns `e^−87`, an absolute
 /// error no sum of these terms can see. NaN propagates. Branch-free, so loops vectorise.
 #[inline(always)]
-fn exp_neg(d: f32) -> f32 {
+pub(crate) fn exp_neg(d: f32) -> f32 {
     // Adding 1.5·2^23 + 127 rounds to an integer and leaves n + 127 (2^n's biased exponent) in
     // the low mantissa bits; shifting the bits left by 23 builds 2^n.
     const MAGIC: f32 = 12_583_039.0;
@@ -109,7 +109,7 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[inline(always)]
-fn max_of(a: &[f32]) -> f32 {
+pub(crate) fn max_of(a: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let c = a.chunks_exact(LANES);
     let r = c.remainder();
