@@ -174,16 +174,22 @@ fn main() {
     for batch in [1usize, 32, 64] {
         let direct = Path::Direct(None);
         let _ = decode_run(&model, direct, batch, 64, 4, true, &mut sampler);
-        let best = |path: Path, control: bool, sampler: &mut Sampler| {
-            (0..reps)
-                .map(|_| decode_run(&model, path, batch, 64, steps, control, sampler))
-                .fold((f64::INFINITY, 0.0), |a, b| if b.0 < a.0 { b } else { a })
-        };
-        // Interleaved per repetition would be fairer still; best-of-reps per variant, the
-        // variants back to back, is what the machine's noise allows to compare.
-        let (on, ctl) = best(direct, true, &mut sampler);
-        let (off, _) = best(direct, false, &mut sampler);
-        let (candle, candle_ctl) = best(Path::Candle, true, &mut sampler);
+        // The variants in turn within each repetition (the machine's load drifts), best of
+        // the repetitions per variant: (path, control on).
+        let mut variants = vec![(direct, true), (direct, false), (Path::Candle, true)];
+        for t in 1..=threads.min(2) {
+            variants.push((Path::Direct(Some(t)), true));
+        }
+        let mut best = vec![(f64::INFINITY, 0.0); variants.len()];
+        for _ in 0..reps {
+            for (v, b) in variants.iter().zip(best.iter_mut()) {
+                let r = decode_run(&model, v.0, batch, 64, steps, v.1, &mut sampler);
+                if r.0 < b.0 {
+                    *b = r;
+                }
+            }
+        }
+        let ((on, ctl), (off, _), (candle, candle_ctl)) = (best[0], best[1], best[2]);
         let tokens = (batch * steps) as f64;
         let mut row =
             |name: String, value: f64, unit: &'static str| rows.push(Row { name, value, unit });
@@ -202,11 +208,13 @@ fn main() {
             tokens / candle,
             "tok/s",
         );
-        for t in 1..=threads.min(2) {
-            let (s, _) = best(Path::Direct(Some(t)), true, &mut sampler);
+        for (t, b) in best[3..].iter().enumerate() {
             row(
-                format!("decode batch {batch} (control on), model split over {t} thread(s)"),
-                tokens / s,
+                format!(
+                    "decode batch {batch} (control on), model split over {} thread(s)",
+                    t + 1
+                ),
+                tokens / b.0,
                 "tok/s",
             );
         }

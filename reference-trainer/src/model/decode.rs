@@ -13,11 +13,12 @@
 //!
 //! Rows are independent in a decode step, so the batch is split into contiguous row ranges, one
 //! per thread (one `rayon::join` per step, not one per op); the cache is laid out row-major
-//! (`[B][layer][k|v][KV][capacity][head_dim]`) so each range owns one contiguous slice of it.
+//! (`[B][layer][k|v][KV]…`, keys `[head_dim][capacity]`, values `[capacity][head_dim]`) so
+//! each range owns one contiguous slice of it.
 
 use candle_core::{DType, Tensor};
 
-use super::fused::{dot, rms_norm_rows, rope_rows, softmax_range, swiglu_fwd};
+use super::fused::{rms_norm_rows, rope_rows, softmax_range, swiglu_fwd};
 use super::kv_cache::KvCache;
 use super::ops;
 use super::qwen3::Qwen3;
@@ -401,8 +402,8 @@ impl Scratch {
             up: z(w.mlp),
             act: z(w.mlp),
             cs: z(w.hd),
-            scores: z(w.cap),
-            probs: z(w.cap),
+            scores: z(2 * w.cap),
+            probs: z(2 * w.cap),
         }
     }
 
@@ -420,8 +421,8 @@ impl Scratch {
             up: &mut self.up[..b * w.mlp],
             act: &mut self.act[..b * w.mlp],
             cs: &mut self.cs[..b * w.hd],
-            scores: &mut self.scores[..b * w.cap],
-            probs: &mut self.probs[..b * w.cap],
+            scores: &mut self.scores[..b * 2 * w.cap],
+            probs: &mut self.probs[..b * 2 * w.cap],
         }
     }
 }
@@ -459,8 +460,8 @@ impl<'a> Rows<'a> {
         let (up, up2) = self.up.split_at_mut(r * w.mlp);
         let (act, act2) = self.act.split_at_mut(r * w.mlp);
         let (cs, cs2) = self.cs.split_at_mut(r * w.hd);
-        let (scores, scores2) = self.scores.split_at_mut(r * w.cap);
-        let (probs, probs2) = self.probs.split_at_mut(r * w.cap);
+        let (scores, scores2) = self.scores.split_at_mut(r * 2 * w.cap);
+        let (probs, probs2) = self.probs.split_at_mut(r * 2 * w.cap);
         (
             Rows {
                 x,
@@ -507,8 +508,103 @@ struct StepInput<'a> {
     past: usize,
 }
 
-/// Attention of one row's queries `q: [H, hd]` over its cached keys/values `kc`/`vc:
-/// [KV, cap, hd]` at slots `lo..=hi`, into `ctx: [H, hd]`.
+/// Attention of `G` query heads sharing one key/value head: `q`, `ctx: [G, hd]`, keys
+/// `keys: [hd, cap]` (transposed, so the scores of 16 keys are one vector FMA per head
+/// dimension, with no horizontal sum per key), values `vals: [cap, hd]`, slots `lo..=hi`;
+/// `scores`/`probs` hold `G` rows of `cap`. The `G` heads go through the cache together: the
+/// cache is the step's largest read (it outgrows L2 at batch 64), so each key and value is
+/// loaded once per group, not once per head.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_group<const G: usize, const FMA: bool>(
+    q: &[f32],
+    keys: &[f32],
+    vals: &[f32],
+    hd: usize,
+    cap: usize,
+    lo: usize,
+    hi: usize,
+    scale: f32,
+    scores: &mut [f32],
+    probs: &mut [f32],
+    ctx: &mut [f32],
+) {
+    let n = hi - lo + 1;
+    // Scores of 32 (then 16) keys at a time for every head, in registers, over the head dims.
+    let mut t0 = 0;
+    while t0 + 32 <= n {
+        let mut acc = [[[0f32; 16]; 2]; G];
+        for c in 0..hd {
+            let kr = &keys[c * cap + lo + t0..c * cap + lo + t0 + 32];
+            for (g, ag) in acc.iter_mut().enumerate() {
+                let qc = q[g * hd + c];
+                for (j, a) in ag.iter_mut().enumerate() {
+                    for i in 0..16 {
+                        a[i] = madd::<FMA>(qc, kr[16 * j + i], a[i]);
+                    }
+                }
+            }
+        }
+        for (g, ag) in acc.iter().enumerate() {
+            for (j, a) in ag.iter().enumerate() {
+                let o = g * cap + t0 + 16 * j;
+                scores[o..o + 16].copy_from_slice(a);
+            }
+        }
+        t0 += 32;
+    }
+    while t0 < n {
+        let w = 16.min(n - t0);
+        let mut acc = [[0f32; 16]; G];
+        for c in 0..hd {
+            let kr = &keys[c * cap + lo + t0..c * cap + lo + t0 + w];
+            for (g, a) in acc.iter_mut().enumerate() {
+                let qc = q[g * hd + c];
+                for (ai, &k) in a.iter_mut().zip(kr) {
+                    *ai = madd::<FMA>(qc, k, *ai);
+                }
+            }
+        }
+        for (g, a) in acc.iter().enumerate() {
+            scores[g * cap + t0..g * cap + t0 + w].copy_from_slice(&a[..w]);
+        }
+        t0 += w;
+    }
+    for g in 0..G {
+        softmax_range(
+            &scores[g * cap..g * cap + n],
+            scale,
+            &mut probs[g * cap..g * cap + n],
+        );
+    }
+    // ctx = Σ p_t·v_t, 16 dimensions at a time in registers, even and odd keys in two sums
+    // per head (a sum in memory would chain every key through a store and a reload).
+    let mut c0 = 0;
+    while c0 < hd {
+        let w = 16.min(hd - c0);
+        let mut acc = [[[0f32; 16]; 2]; G];
+        for t in 0..n {
+            let v = &vals[(lo + t) * hd + c0..(lo + t) * hd + c0 + w];
+            for (g, ag) in acc.iter_mut().enumerate() {
+                let p = probs[g * cap + t];
+                let a = &mut ag[t % 2];
+                for (ai, &vi) in a.iter_mut().zip(v) {
+                    *ai = madd::<FMA>(p, vi, *ai);
+                }
+            }
+        }
+        for (g, ag) in acc.iter().enumerate() {
+            for i in 0..w {
+                ctx[g * hd + c0 + i] = ag[0][i] + ag[1][i];
+            }
+        }
+        c0 += w;
+    }
+}
+
+/// Attention of one row's queries `q: [H, hd]` over its cached keys `kc: [KV, hd, cap]` and
+/// values `vc: [KV, cap, hd]` at slots `lo..=hi`, into `ctx: [H, hd]`: the query heads of each
+/// key/value head two at a time ([`attend_group`]).
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 #[allow(clippy::too_many_arguments)]
 fn attend_row(
@@ -526,20 +622,20 @@ fn attend_row(
     probs: &mut [f32],
     ctx: &mut [f32],
 ) {
+    const FMA: bool = multiversion::target::target_cfg_f!(target_feature = "fma");
     let groups = heads / kv_heads;
-    for (h, (qh, ch)) in q.chunks_exact(hd).zip(ctx.chunks_exact_mut(hd)).enumerate() {
-        let g = h / groups;
-        let keys = &kc[g * cap * hd..(g + 1) * cap * hd];
+    for g in 0..kv_heads {
+        let keys = &kc[g * hd * cap..(g + 1) * hd * cap];
         let vals = &vc[g * cap * hd..(g + 1) * cap * hd];
-        for t in lo..=hi {
-            scores[t] = dot(qh, &keys[t * hd..(t + 1) * hd]);
-        }
-        softmax_range(&scores[lo..=hi], scale, &mut probs[lo..=hi]);
-        ch.fill(0.0);
-        for t in lo..=hi {
-            let p = probs[t];
-            for (c, &v) in ch.iter_mut().zip(&vals[t * hd..(t + 1) * hd]) {
-                *c += p * v;
+        let mut h = g * groups;
+        while h < (g + 1) * groups {
+            let (qh, ch) = (&q[h * hd..], &mut ctx[h * hd..]);
+            if h + 2 <= (g + 1) * groups {
+                attend_group::<2, FMA>(qh, keys, vals, hd, cap, lo, hi, scale, scores, probs, ch);
+                h += 2;
+            } else {
+                attend_group::<1, FMA>(qh, keys, vals, hd, cap, lo, hi, scale, scores, probs, ch);
+                h += 1;
             }
         }
     }
@@ -582,9 +678,11 @@ fn step_rows(
             let lc = &mut row[li * layer_cache..(li + 1) * layer_cache];
             let (kc, vc) = lc.split_at_mut(kvh * cap * hd);
             for g in 0..kvh {
-                let slot = (g * cap + past) * hd;
                 let src = (r * kvh + g) * hd;
-                kc[slot..slot + hd].copy_from_slice(&s.kt[src..src + hd]);
+                for (c, &k) in s.kt[src..src + hd].iter().enumerate() {
+                    kc[(g * hd + c) * cap + past] = k;
+                }
+                let slot = (g * cap + past) * hd;
                 vc[slot..slot + hd].copy_from_slice(&s.v[src..src + hd]);
             }
             attend_row(
@@ -598,8 +696,8 @@ fn step_rows(
                 pad[r],
                 past,
                 scale,
-                &mut s.scores[r * cap..(r + 1) * cap],
-                &mut s.probs[r * cap..(r + 1) * cap],
+                &mut s.scores[r * 2 * cap..(r + 1) * 2 * cap],
+                &mut s.probs[r * 2 * cap..(r + 1) * 2 * cap],
                 &mut s.ctx[r * h * hd..(r + 1) * h * hd],
             );
         }
@@ -700,7 +798,19 @@ impl DecodeState {
                 let data = host(t)?;
                 for r in 0..b {
                     let dst = r * row_cache + (li * 2 + which) * block;
-                    kv[dst..dst + block].copy_from_slice(&data[r * block..(r + 1) * block]);
+                    let (src, dst) = (&data[r * block..(r + 1) * block], &mut kv[dst..dst + block]);
+                    if which == 1 {
+                        dst.copy_from_slice(src);
+                        continue;
+                    }
+                    // Keys transposed per head: [cap, hd] → [hd, cap].
+                    for g in 0..kvh {
+                        for t in 0..cap {
+                            for c in 0..hd {
+                                dst[(g * hd + c) * cap + t] = src[(g * cap + t) * hd + c];
+                            }
+                        }
+                    }
                 }
             }
         }
