@@ -64,6 +64,8 @@ fn compare(model: &Qwen3, prompts: &[Vec<u32>], steps: usize, drops: &[(usize, V
             .map(|&r| ((r * 31 + t * 7 + 1) % v) as u32)
             .collect();
         reference.decode(&mut cache, &tokens, &mut want).unwrap();
+        // Split over two threads on odd steps: the split must not change the logits.
+        state.set_threads(1 + t % 2);
         state.step(&tokens, &mut got).unwrap();
         assert_eq!(got.len(), rows.len() * v);
         let d = max_diff(&want, &got);
@@ -105,6 +107,16 @@ fn direct_decode_equals_the_candle_decode_on_left_padded_batches() {
         // Finished rows leave the batch: increasing (in place) and any order (copied).
         compare(&model, &p, 8, &[(2, vec![0, 2, 3, 4]), (5, vec![1, 3])]);
         compare(&model, &p, 4, &[(1, vec![4, 0, 2])]);
+        // A batch large enough to be split over two threads.
+        let many: Vec<Vec<u32>> = (0..24)
+            .map(|r| p[r % 5].iter().map(|&t| (t + r as u32) % 97).collect())
+            .collect();
+        compare(
+            &model,
+            &many,
+            5,
+            &[(3, (0..24).filter(|r| r % 5 != 0).collect())],
+        );
         // Against the composed reference ops too (the candle path of T2PO_COMPOSED_OPS=1).
         let (mut cache, mut want) = {
             model.set_fused(false).unwrap();

@@ -83,7 +83,11 @@ fn decode_steps_allocate_nothing_after_warm_up() {
     let mut sampler = Sampler::new(SamplingParams::default()).unwrap();
     let mut logits = Vec::new();
     let mut cache = Policy::prefill(&model, &prompts, warm + steps, &mut logits).unwrap();
-    assert!(matches!(cache, QwenCache::Direct(_)), "{cache:?}");
+    match &mut cache {
+        // The row split's join is part of what must not allocate.
+        QwenCache::Direct(s) => s.set_threads(2),
+        other => panic!("{other:?}"),
+    }
     let mut draws = Vec::with_capacity(batch);
     let mut tokens = Vec::with_capacity(batch);
     let mut keep = Vec::with_capacity(batch);

@@ -30,6 +30,12 @@ pub const NR: usize = 32;
 pub const MR: usize = 4;
 /// Fewest rows a thread gets: below it the join costs more than the rows.
 const MIN_ROWS_PER_THREAD: usize = 8;
+/// Threads a decode step splits its rows over unless told otherwise: one. Measured with
+/// `cargo bench -p reference-trainer --bench rollout` on the 2-core Xeon (README, "Training
+/// and decode speed"): one thread was as fast or faster than two at batch 1 / 32 / 64 in every
+/// run, by up to 1.35× at batch 32 while other jobs shared the machine; the kernel's statistics
+/// and the draws ([`crate::rollout::Sampler`]) still use both.
+pub const DEFAULT_THREADS: usize = 1;
 
 /// `W: [n, k]` (a Hugging Face `[out, in]` weight) packed for [`matmul`]: panel `p` holds
 /// columns `p·NR .. p·NR + NR` of `Wᵀ` as `k` rows of `NR` floats (zero past `n`).
@@ -830,7 +836,7 @@ impl DecodeState {
             batch: b,
             len: cache.len(),
             capacity: cap,
-            threads: rayon::current_num_threads(),
+            threads: DEFAULT_THREADS,
         })
     }
 
@@ -854,7 +860,7 @@ impl DecodeState {
         &self.pad[..self.batch]
     }
 
-    /// Threads a step splits its rows over (default: rayon's pool size).
+    /// Threads a step splits its rows over (default [`DEFAULT_THREADS`]).
     pub fn threads(&self) -> usize {
         self.threads
     }
