@@ -165,20 +165,28 @@ fn tile1<const FMA: bool>(
 ) {
     let x = &x[..k];
     let (mut a0, mut a1, mut a2, mut a3) = ([0f32; NR], [0f32; NR], [0f32; NR], [0f32; NR]);
-    let whole = k / 4 * 4;
-    for kk in (0..whole).step_by(4) {
-        axpy::<FMA>(&mut a0, x[kk], panel_row(panel, kk));
-        axpy::<FMA>(&mut a1, x[kk + 1], panel_row(panel, kk + 1));
-        axpy::<FMA>(&mut a2, x[kk + 2], panel_row(panel, kk + 2));
-        axpy::<FMA>(&mut a3, x[kk + 3], panel_row(panel, kk + 3));
+    let quads = x.chunks_exact(4);
+    let rest = quads.remainder();
+    for (xq, wq) in quads.zip(panel.chunks_exact(4 * NR)) {
+        let (w0, r) = wq.split_at(NR);
+        let (w1, r) = r.split_at(NR);
+        let (w2, w3) = r.split_at(NR);
+        for c in 0..NR {
+            a0[c] = madd::<FMA>(xq[0], w0[c], a0[c]);
+            a1[c] = madd::<FMA>(xq[1], w1[c], a1[c]);
+            a2[c] = madd::<FMA>(xq[2], w2[c], a2[c]);
+            a3[c] = madd::<FMA>(xq[3], w3[c], a3[c]);
+        }
     }
-    for (kk, &a) in x.iter().enumerate().skip(whole) {
-        axpy::<FMA>(&mut a0, a, panel_row(panel, kk));
+    let base = k - rest.len();
+    for (j, &xr) in rest.iter().enumerate() {
+        axpy::<FMA>(&mut a0, xr, panel_row(panel, base + j));
     }
+    let mut sum = [0f32; NR];
     for c in 0..NR {
-        a0[c] = (a0[c] + a1[c]) + (a2[c] + a3[c]);
+        sum[c] = (a0[c] + a1[c]) + (a2[c] + a3[c]);
     }
-    store(&a0, y, c0, cn, bias, add);
+    store(&sum, y, c0, cn, bias, add);
 }
 
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
