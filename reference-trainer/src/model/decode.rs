@@ -30,12 +30,14 @@ pub const NR: usize = 32;
 pub const MR: usize = 4;
 /// Fewest rows a thread gets: below it the join costs more than the rows.
 const MIN_ROWS_PER_THREAD: usize = 8;
-/// Threads a decode step splits its rows over unless told otherwise: one. Measured with
-/// `cargo bench -p reference-trainer --bench rollout` on the 2-core Xeon (README, "Training
-/// and decode speed"): one thread was as fast or faster than two at batch 1 / 32 / 64 in every
-/// run, by up to 1.35× at batch 32 while other jobs shared the machine; the kernel's statistics
-/// and the draws ([`crate::rollout::Sampler`]) still use both.
-pub const DEFAULT_THREADS: usize = 1;
+/// Threads a decode step splits its rows over unless told otherwise: rayon's pool (both cores
+/// here). Measured with `cargo bench -p reference-trainer --bench rollout` on the 2-core Xeon
+/// (README, "Training and decode speed"): whenever the second core was free, two threads ran
+/// batch 32 / 64 1.5× faster than one (46.7 K vs 30.4 K, 50.5 K vs 32.9 K tok/s); while
+/// another job held it, two were 0.9× one. Below 16 rows the step stays on one thread.
+pub fn default_threads() -> usize {
+    rayon::current_num_threads().max(1)
+}
 
 /// `W: [n, k]` (a Hugging Face `[out, in]` weight) packed for [`matmul`]: panel `p` holds
 /// columns `p·NR .. p·NR + NR` of `Wᵀ` as `k` rows of `NR` floats (zero past `n`).
@@ -844,7 +846,7 @@ impl DecodeState {
             batch: b,
             len: cache.len(),
             capacity: cap,
-            threads: DEFAULT_THREADS,
+            threads: default_threads(),
         })
     }
 
@@ -868,7 +870,7 @@ impl DecodeState {
         &self.pad[..self.batch]
     }
 
-    /// Threads a step splits its rows over (default [`DEFAULT_THREADS`]).
+    /// Threads a step splits its rows over (default [`default_threads`]).
     pub fn threads(&self) -> usize {
         self.threads
     }
