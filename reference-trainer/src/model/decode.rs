@@ -7,7 +7,8 @@
 //! table, masked softmax and SwiGLU row kernels are called as they are); only the products
 //! differ: `y = x·Wᵀ` is [`matmul`] on `W` packed in panels of [`NR`] output columns (`k` × 32
 //! floats each, so a tile of [`MR`] rows × 32 columns keeps its accumulators in registers and
-//! streams the panel), and attention is a dot product per cached key. Summation order differs
+//! streams the panel; tested against f64 below), and attention reads the keys transposed, 32
+//! scores per register pair, each key and value once per GQA group. Summation order differs
 //! from gemm's, so logits agree with [`Qwen3::decode`] to rounding (`tests/decode.rs`: ≤ 1e-6
 //! absolute, seen ≤ 1.2e-7).
 //!
@@ -32,9 +33,9 @@ pub const MR: usize = 4;
 const MIN_ROWS_PER_THREAD: usize = 8;
 /// Threads a decode step splits its rows over unless told otherwise: rayon's pool (both cores
 /// here). Measured with `cargo bench -p reference-trainer --bench rollout` on the 2-core Xeon
-/// (README, "Training and decode speed"): whenever the second core was free, two threads ran
-/// batch 32 / 64 1.5× faster than one (46.7 K vs 30.4 K, 50.5 K vs 32.9 K tok/s); while
-/// another job held it, two were 0.9× one. Below 16 rows the step stays on one thread.
+/// (README, "Kernel, environments, rollout"): whenever the second core was free, two threads
+/// ran batch 32 / 64 1.5× faster than one (46.7 K vs 30.4 K, 50.5 K vs 32.9 K tok/s); while
+/// another job held it, two were 0.6–0.9× one. Below 16 rows the step stays on one thread.
 pub fn default_threads() -> usize {
     rayon::current_num_threads().max(1)
 }
@@ -969,5 +970,68 @@ impl DecodeState {
         }
         self.batch = rows.len();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `matmul` against an f64 reference on shapes that exercise every tile (4-row and 1-row
+    /// tiles, a partial panel, `k` not a multiple of 4), with bias and accumulation.
+    /// Tolerance: 1e-5 relative to `Σ|x·w|` (f32 sums of ≤ 70 terms round to a few 1e-7).
+    #[test]
+    fn matmul_matches_f64() {
+        let mut seed = 1u64;
+        let mut rnd = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        for (m, n, k) in [(1, 5, 3), (4, 32, 16), (9, 37, 13), (6, 70, 70), (2, 64, 1)] {
+            let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+            let w: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
+            let b: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            let y0: Vec<f32> = (0..m * n).map(|_| rnd()).collect();
+            for (bias, add) in [(false, false), (true, false), (true, true)] {
+                let p = Packed::new(&w, n, k, bias.then(|| b.clone())).unwrap();
+                let mut y = y0.clone();
+                matmul(&x, &p, &mut y, add);
+                for i in 0..m {
+                    for j in 0..n {
+                        let (mut s, mut mag) = (0f64, 0f64);
+                        for t in 0..k {
+                            let v = x[i * k + t] as f64 * w[j * k + t] as f64;
+                            s += v;
+                            mag += v.abs();
+                        }
+                        if bias {
+                            s += b[j] as f64;
+                            mag += (b[j] as f64).abs();
+                        }
+                        if add {
+                            s += y0[i * n + j] as f64;
+                            mag += (y0[i * n + j] as f64).abs();
+                        }
+                        let got = y[i * n + j] as f64;
+                        assert!(
+                            (got - s).abs() <= 1e-5 * mag.max(1e-30),
+                            "[{m}, {k}] x [{n}, {k}] bias {bias} add {add}: y[{i}][{j}] = {got}, want {s}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn packing_checks_its_shapes() {
+        let e = Packed::new(&[0.0; 5], 2, 3, None).unwrap_err().to_string();
+        assert!(e.contains("5 entries"), "{e}");
+        let e = Packed::new(&[0.0; 6], 2, 3, Some(vec![0.0; 3]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[2, 3]"), "{e}");
     }
 }
