@@ -1,9 +1,12 @@
 //! Rollout speed of the default-shaped policy (vocab 4096, d 128, 2 layers, 4 heads / 2 KV,
 //! head_dim 32, MLP 512, tied; random weights): prefill tokens/s, decode tokens/s at batch
 //! 1 / 32 / 64 with one draw per row, with the T²PO kernel (statistics, M_t, TTI decision,
-//! accept) on and off, interleaved in one run; and the kernel's share of a decode step, timed on
-//! the same logits inside the same steps (the step with the kernel minus a sampling-only pass
-//! over the same rows), which separate on/off runs on a shared machine are too noisy to show.
+//! accept) on and off, in one run: the rollout's direct decode step (`model::decode`) with its
+//! default row split, split over 1 and 2 threads, and the candle-tensor path it replaced
+//! (`Qwen3::decode`); and the kernel's share of a decode step, timed on the same logits inside
+//! the same steps (the step with the kernel minus a sampling-only pass over the same rows),
+//! which separate on/off runs on a shared machine are too noisy to show. Decode loops run on
+//! the rayon pool, as the rollout runs them.
 //!
 //! `cargo bench -p reference-trainer --bench rollout [-- --json] [-- --quick]`
 //! (`benches/speed_vs_torch.py` runs it next to PyTorch and prints the ratios.)
@@ -14,7 +17,7 @@ use candle_core::{DType, Device};
 use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;
 use reference_trainer::model::{Qwen3, Qwen3Config};
-use reference_trainer::rollout::{Policy, Sampler, SamplingParams};
+use reference_trainer::rollout::{CandleDecode, Policy, QwenCache, Sampler, SamplingParams};
 use t2po_control::{Config, Sequence, ThinkStart};
 
 #[global_allocator]
@@ -26,15 +29,55 @@ struct Row {
     unit: &'static str,
 }
 
+/// How a decode run decodes: the rollout's path (direct on f32 CPU) with its default thread
+/// split or a given one, or candle tensors (`Qwen3::decode`, the previous path).
+#[derive(Clone, Copy)]
+enum Path {
+    Direct(Option<usize>),
+    Candle,
+}
+
 fn decode_run(
     model: &Qwen3,
+    path: Path,
     batch: usize,
     prompt: usize,
     steps: usize,
     control: bool,
     sampler: &mut Sampler,
 ) -> (f64, f64) {
-    let vocab = model.config().vocab_size;
+    // On the pool, as the rollout runs its decode loop.
+    rayon::scope(|_| match path {
+        Path::Direct(threads) => {
+            let set = |c: &mut QwenCache| {
+                if let (QwenCache::Direct(s), Some(t)) = (c, threads) {
+                    s.set_threads(t);
+                }
+            };
+            decode_steps(model, set, batch, prompt, steps, control, sampler)
+        }
+        Path::Candle => decode_steps(
+            &CandleDecode(model),
+            |_| {},
+            batch,
+            prompt,
+            steps,
+            control,
+            sampler,
+        ),
+    })
+}
+
+fn decode_steps<P: Policy>(
+    model: &P,
+    setup: impl Fn(&mut P::Cache),
+    batch: usize,
+    prompt: usize,
+    steps: usize,
+    control: bool,
+    sampler: &mut Sampler,
+) -> (f64, f64) {
+    let vocab = model.vocab_size();
     let prompts: Vec<Vec<u32>> = (0..batch)
         .map(|b| {
             (0..prompt)
@@ -58,6 +101,7 @@ fn decode_run(
         .collect();
     let mut logits = Vec::new();
     let mut cache = Policy::prefill(model, &prompts, steps, &mut logits).unwrap();
+    setup(&mut cache);
     let mut draws = Vec::new();
     let mut tokens = vec![0u32; batch];
     let t0 = Instant::now();
@@ -96,6 +140,7 @@ fn decode_run(
 }
 
 fn main() {
+    reference_trainer::tune_allocator();
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|a| a == "--json");
     let quick = args.iter().any(|a| a == "--quick");
@@ -125,34 +170,64 @@ fn main() {
     });
 
     let steps = if quick { 16 } else { 64 };
+    let threads = rayon::current_num_threads();
     for batch in [1usize, 32, 64] {
-        let _ = decode_run(&model, batch, 64, 4, true, &mut sampler);
-        let (mut on, mut off, mut ctl) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
-        for _ in 0..reps {
-            let (t, c) = decode_run(&model, batch, 64, steps, true, &mut sampler);
-            if t < on {
-                on = t;
-                ctl = c;
-            }
-            off = off.min(decode_run(&model, batch, 64, steps, false, &mut sampler).0);
+        let direct = Path::Direct(None);
+        let _ = decode_run(&model, direct, batch, 64, 4, true, &mut sampler);
+        // The variants in turn within each repetition (the machine's load drifts), best of
+        // the repetitions per variant: (path, control on).
+        let mut variants = vec![(direct, true), (direct, false), (Path::Candle, true)];
+        for t in 1..=threads.min(2) {
+            variants.push((Path::Direct(Some(t)), true));
         }
+        let mut best = vec![(f64::INFINITY, 0.0); variants.len()];
+        for _ in 0..reps {
+            for (v, b) in variants.iter().zip(best.iter_mut()) {
+                let r = decode_run(&model, v.0, batch, 64, steps, v.1, &mut sampler);
+                if r.0 < b.0 {
+                    *b = r;
+                }
+            }
+        }
+        let ((on, ctl), (off, _), (candle, candle_ctl)) = (best[0], best[1], best[2]);
         let tokens = (batch * steps) as f64;
-        rows.push(Row {
-            name: format!("decode batch {batch} (control on)"),
-            value: tokens / on,
-            unit: "tok/s",
-        });
-        rows.push(Row {
-            name: format!("decode batch {batch} (control off)"),
-            value: tokens / off,
-            unit: "tok/s",
-        });
-
-        rows.push(Row {
-            name: format!("control kernel share of the decode step (same logits), batch {batch}"),
-            value: 100.0 * ctl / on,
-            unit: "%",
-        });
+        let mut row =
+            |name: String, value: f64, unit: &'static str| rows.push(Row { name, value, unit });
+        row(
+            format!("decode batch {batch} (control on)"),
+            tokens / on,
+            "tok/s",
+        );
+        row(
+            format!("decode batch {batch} (control off)"),
+            tokens / off,
+            "tok/s",
+        );
+        row(
+            format!("decode batch {batch}, candle path (control on)"),
+            tokens / candle,
+            "tok/s",
+        );
+        for (t, b) in best[3..].iter().enumerate() {
+            row(
+                format!(
+                    "decode batch {batch} (control on), model split over {} thread(s)",
+                    t + 1
+                ),
+                tokens / b.0,
+                "tok/s",
+            );
+        }
+        row(
+            format!("control kernel share of the decode step (same logits), batch {batch}"),
+            100.0 * ctl / on,
+            "%",
+        );
+        row(
+            format!("control kernel share, candle path, batch {batch}"),
+            100.0 * candle_ctl / candle,
+            "%",
+        );
     }
 
     let peak = reference_trainer::peak_rss_bytes().unwrap_or(0) as f64 / (1u64 << 20) as f64;

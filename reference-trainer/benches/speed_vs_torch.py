@@ -6,8 +6,9 @@ Training step = forward + log-probs of the next tokens (cross-entropy) + backwar
 the 1 M-parameter default-shaped Qwen3 (vocab 4096, d 128, 2 layers, 4 heads / 2 KV, head_dim 32,
 MLP 512, tied) at 16x256 and 8x1024 tokens, and a 5 M one (d 256, 4 layers, MLP 1024) at 16x256;
 PyTorch eager and torch.compile (inductor). Decode = batch 1 / 32 / 64 with a KV cache, one
-multinomial draw per row (ours with the T²PO control kernel on), PyTorch eager, and Hugging Face
-`generate` at batch 64 on the same config.
+multinomial draw per row (ours with the T²PO control kernel on: the rollout's direct decode step
+and the candle-tensor path it replaced), PyTorch eager, and Hugging Face `generate` at batch 64 on
+the same config.
 
     python3 reference-trainer/benches/speed_vs_torch.py [--rounds 3] [--threads 2] [--quick]
 
@@ -211,6 +212,7 @@ def main():
         for b in (1, 32, 64):
             name = f"decode batch {b}"
             keep((name, "ours"), o[f"decode batch {b} (control on)"])
+            keep((name, "candle"), o[f"decode batch {b}, candle path (control on)"])
             keep((name, "eager"), torch_decode(b, 64, 64, args.threads))
         keep(("decode batch 64", "hf"), hf_generate(64, 64, 64, args.threads))
 
@@ -224,12 +226,13 @@ def main():
         o, c, e, k = (best[(name, x)] for x in ("ours", "composed", "eager", "compile"))
         print(f"| {name[6:]} | {o:.0f} | {c:.0f} | {e:.0f} | {k:.0f} | {o / e:.2f}x | {o / k:.2f}x |")
     print()
-    print("| decode | ours (control on) | PyTorch eager | ours / eager |")
-    print("|---|---:|---:|---:|")
+    print("| decode (control on) | ours, direct step | ours, candle tensors (previous) "
+          "| PyTorch eager | direct / eager | direct / candle |")
+    print("|---|---:|---:|---:|---:|---:|")
     for b in (1, 32, 64):
         name = f"decode batch {b}"
-        o, e = best[(name, "ours")], best[(name, "eager")]
-        print(f"| batch {b} | {o:.0f} | {e:.0f} | {o / e:.2f}x |")
+        o, c, e = best[(name, "ours")], best[(name, "candle")], best[(name, "eager")]
+        print(f"| batch {b} | {o:.0f} | {c:.0f} | {e:.0f} | {o / e:.2f}x | {o / c:.2f}x |")
     o, h = best[("decode batch 64", "ours")], best[("decode batch 64", "hf")]
     print(f"\nHF generate, batch 64: {h:.0f} tok/s; ours / HF generate = {o / h:.2f}x")
 

@@ -62,7 +62,7 @@ fn u32s<'a>(s: &'a CpuStorage, l: &Layout, op: &str, what: &str) -> Result<&'a [
 /// relative for `d ∈ [−87, 0]`. Below −87 (`e^d < 1.7e-38`) it returns `e^−87`, an absolute
 /// error no sum of these terms can see. NaN propagates. Branch-free, so loops vectorise.
 #[inline(always)]
-fn exp_neg(d: f32) -> f32 {
+pub(crate) fn exp_neg(d: f32) -> f32 {
     // Adding 1.5·2^23 + 127 rounds to an integer and leaves n + 127 (2^n's biased exponent) in
     // the low mantissa bits; shifting the bits left by 23 builds 2^n.
     const MAGIC: f32 = 12_583_039.0;
@@ -114,7 +114,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[inline(always)]
-fn max_of(a: &[f32]) -> f32 {
+pub(crate) fn max_of(a: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let c = a.chunks_exact(LANES);
     let r = c.remainder();
@@ -138,7 +138,7 @@ struct RmsNorm {
 }
 
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
+pub(crate) fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     let d = w.len();
     for (xr, yr) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)) {
         let r = 1.0 / (dot(xr, xr) / d as f32 + eps).sqrt();
@@ -296,7 +296,15 @@ struct Rope {
 }
 
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn rope_rows(x: &[f32], cs: &[f32], d: usize, heads: usize, row0: usize, inv: bool, y: &mut [f32]) {
+pub(crate) fn rope_rows(
+    x: &[f32],
+    cs: &[f32],
+    d: usize,
+    heads: usize,
+    row0: usize,
+    inv: bool,
+    y: &mut [f32],
+) {
     let half = d / 2;
     for (i, (xr, yr)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).enumerate() {
         let p = (row0 + i) / heads;
@@ -413,7 +421,7 @@ struct MaskedSoftmax {
 }
 
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn softmax_range(s: &[f32], scale: f32, out: &mut [f32]) {
+pub(crate) fn softmax_range(s: &[f32], scale: f32, out: &mut [f32]) {
     let m = max_of(s) * scale;
     let mut acc = [0f32; LANES];
     let cs = s.chunks_exact(LANES);
@@ -556,7 +564,7 @@ pub fn attention(
 struct SwiGlu;
 
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn swiglu_fwd(g: &[f32], u: &[f32], y: &mut [f32]) {
+pub(crate) fn swiglu_fwd(g: &[f32], u: &[f32], y: &mut [f32]) {
     for ((o, &a), &b) in y.iter_mut().zip(g).zip(u) {
         *o = a * sigmoid(a) * b;
     }

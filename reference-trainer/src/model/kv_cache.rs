@@ -73,6 +73,18 @@ impl KvCache {
         &self.pad
     }
 
+    /// Layers cached.
+    pub fn layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// The whole key and value tensors of `layer` (`[B, KV, capacity, D]`; slots past
+    /// [`len`](Self::len) are zero). Panics if `layer` is out of range.
+    pub fn layer(&self, layer: usize) -> (&Tensor, &Tensor) {
+        let c = &self.layers[layer];
+        (&c.k, &c.v)
+    }
+
     /// Writes `k`/`v` (`[B, KV, L, D]`) of `layer` at the current fill level and returns views
     /// of everything cached for that layer, including them. Call [`advance`](Self::advance)
     /// once all layers have appended.

@@ -441,6 +441,51 @@ fn generate<P: Policy>(
     stats.generations += rows.len();
 
     let t1 = std::time::Instant::now();
+    // The loop runs on a pool thread: the parallel sections of each step (the model's row
+    // split, the kernel's row chunks) then go through that worker's own deque; joined from
+    // outside the pool, each would go through the global injector, which allocates a block
+    // every 63 jobs (`tests/decode_alloc.rs` counts zero allocations per step this way).
+    rayon::scope(|_| {
+        decode_loop(
+            policy,
+            sampler,
+            rows,
+            cfg,
+            eos,
+            stats,
+            &mut cache,
+            &mut logits,
+            &mask_tail,
+        )
+    })?;
+    stats.decode_seconds += t1.elapsed().as_secs_f64();
+    debug_assert!(rows.iter().all(|r| r.finished));
+    Ok(())
+}
+
+/// The decode steps of [`generate`] after the prefill.
+#[allow(clippy::too_many_arguments)]
+fn decode_loop<P: Policy>(
+    policy: &P,
+    sampler: &mut Sampler,
+    rows: &mut [Row],
+    cfg: &RolloutConfig,
+    eos: &[u32],
+    stats: &mut RolloutStats,
+    cache: &mut P::Cache,
+    logits: &mut Vec<f32>,
+    mask_tail: &(dyn Fn(&mut [f32]) + Sync),
+) -> Result<()> {
+    let vocab = policy.vocab_size();
+    // Room for a whole response up front: recording a token never grows a vector.
+    for r in rows.iter_mut() {
+        let g = &mut r.gen;
+        let n = cfg.max_response_tokens;
+        g.response_ids.reserve(n);
+        g.log_probs.reserve(n);
+        g.forced.reserve(n);
+        g.signal.reserve(n);
+    }
     let mut active: Vec<usize> = (0..rows.len()).collect();
     let mut seqs: Vec<Sequence> = rows.iter().map(|r| r.seq).collect();
     let mut rngs: Vec<ChaCha12Rng> = rows.iter().map(|r| r.rng.clone()).collect();
@@ -449,7 +494,7 @@ fn generate<P: Policy>(
     let mut keep: Vec<usize> = Vec::with_capacity(rows.len());
     loop {
         let tc = std::time::Instant::now();
-        sampler.step(&mut seqs, &mut rngs, &logits, vocab, &mut draws)?;
+        sampler.step(&mut seqs, &mut rngs, logits, vocab, &mut draws)?;
         stats.control_seconds += tc.elapsed().as_secs_f64();
         stats.decoded_tokens += active.len();
         keep.clear();
@@ -476,15 +521,19 @@ fn generate<P: Policy>(
             break;
         }
         if keep.len() < active.len() {
-            policy.retain(&mut cache, &keep)?;
-            active = keep.iter().map(|&k| active[k]).collect();
-            seqs = keep.iter().map(|&k| seqs[k]).collect();
-            rngs = keep.iter().map(|&k| rngs[k].clone()).collect();
+            policy.retain(cache, &keep)?;
+            // `keep` is increasing, so compacting in place never overwrites a kept entry.
+            for (i, &k) in keep.iter().enumerate() {
+                active[i] = active[k];
+                seqs[i] = seqs[k];
+                rngs.swap(i, k);
+            }
+            active.truncate(keep.len());
+            seqs.truncate(keep.len());
+            rngs.truncate(keep.len());
         }
-        policy.decode(&mut cache, &next, &mut logits)?;
-        mask_tail(&mut logits);
+        policy.decode(cache, &next, logits)?;
+        mask_tail(logits);
     }
-    stats.decode_seconds += t1.elapsed().as_secs_f64();
-    debug_assert!(rows.iter().all(|r| r.finished));
     Ok(())
 }

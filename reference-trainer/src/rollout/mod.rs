@@ -11,7 +11,7 @@ pub mod trajectory;
 pub use episode::{
     rollout, ControlSwitches, EpisodeSpec, ProfileName, RolloutConfig, RolloutStats,
 };
-pub use policy::Policy;
+pub use policy::{CandleDecode, Policy, QwenCache};
 pub use pool::{EnvKind, EnvPool, Split};
 pub use sampler::{Draw, Sampler, SamplingParams};
 pub use trajectory::{DiscardedTry, EpisodeRecord, Generation, TtiFire, TtiReason, TurnRecord};

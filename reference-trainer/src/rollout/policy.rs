@@ -1,16 +1,21 @@
 //! What the rollout needs from a model: batched prefill, one-token decode steps with a cache,
 //! and dropping finished rows. Raw logits come back on the host, row-major `[B, V]`, because
 //! the control kernel and the sampler read them there.
+//!
+//! [`Qwen3`] prefills with candle (batched, gemm-bound) and, for f32 on the CPU with the fused
+//! kernels on, decodes with [`DecodeState`] (no tensors, no allocation per step); otherwise,
+//! and always through [`CandleDecode`], with candle tensors (`Qwen3::decode`, the reference).
 
 use candle_core::{DType, Tensor};
 
 use crate::error::Result;
-use crate::model::{KvCache, Qwen3};
+use crate::model::{DecodeState, Decoder, KvCache, Qwen3};
 
-/// A model the rollout can decode with.
-pub trait Policy {
+/// A model the rollout can decode with. The rollout's decode loop runs on the rayon pool
+/// (see `episode::generate`), so the model is shared with it and the cache moves there.
+pub trait Policy: Sync {
     /// The per-batch decode state (a KV cache).
-    type Cache;
+    type Cache: Send;
     /// Entries per logits row.
     fn vocab_size(&self) -> usize;
     /// Prefills the prompts with room for `max_new` tokens each; writes the last position's
@@ -37,8 +42,18 @@ fn to_host(t: &Tensor, out: &mut Vec<f32>) -> Result<()> {
     Ok(())
 }
 
+/// The decode state of a [`Qwen3`] batch: candle's cache (the reference path, and the only
+/// one off f32 CPU) or the allocation-free [`DecodeState`].
+#[derive(Debug)]
+pub enum QwenCache {
+    /// Decoding through `Qwen3::decode` on candle tensors.
+    Candle(KvCache),
+    /// Decoding through [`DecodeState::step`].
+    Direct(Box<DecodeState>),
+}
+
 impl Policy for Qwen3 {
-    type Cache = KvCache;
+    type Cache = QwenCache;
 
     fn vocab_size(&self) -> usize {
         self.config().vocab_size
@@ -49,14 +64,61 @@ impl Policy for Qwen3 {
         prompts: &[Vec<u32>],
         max_new: usize,
         logits: &mut Vec<f32>,
-    ) -> Result<KvCache> {
+    ) -> Result<QwenCache> {
         let (cache, l) = Qwen3::prefill(self, prompts, max_new)?;
+        to_host(&l, logits)?;
+        if !self.fused() {
+            return Ok(QwenCache::Candle(cache));
+        }
+        // The weights are packed per generation: the policy trains between rollouts, and
+        // packing (one pass over the weights) costs about one decode step.
+        let state = DecodeState::from_cache(Decoder::new(self)?, &cache)?;
+        Ok(QwenCache::Direct(Box::new(state)))
+    }
+
+    fn decode(&self, cache: &mut QwenCache, tokens: &[u32], logits: &mut Vec<f32>) -> Result<()> {
+        match cache {
+            QwenCache::Candle(c) => {
+                let l = Qwen3::decode(self, c, tokens)?;
+                to_host(&l, logits)
+            }
+            QwenCache::Direct(s) => s.step(tokens, logits),
+        }
+    }
+
+    fn retain(&self, cache: &mut QwenCache, rows: &[usize]) -> Result<()> {
+        match cache {
+            QwenCache::Candle(c) => Ok(c.retain(rows)?),
+            QwenCache::Direct(s) => s.retain(rows),
+        }
+    }
+}
+
+/// A [`Qwen3`] that always decodes through candle tensors (`Qwen3::decode`): the reference the
+/// direct path is tested and benchmarked against.
+#[derive(Clone, Copy, Debug)]
+pub struct CandleDecode<'a>(pub &'a Qwen3);
+
+impl Policy for CandleDecode<'_> {
+    type Cache = KvCache;
+
+    fn vocab_size(&self) -> usize {
+        self.0.config().vocab_size
+    }
+
+    fn prefill(
+        &self,
+        prompts: &[Vec<u32>],
+        max_new: usize,
+        logits: &mut Vec<f32>,
+    ) -> Result<KvCache> {
+        let (cache, l) = Qwen3::prefill(self.0, prompts, max_new)?;
         to_host(&l, logits)?;
         Ok(cache)
     }
 
     fn decode(&self, cache: &mut KvCache, tokens: &[u32], logits: &mut Vec<f32>) -> Result<()> {
-        let l = Qwen3::decode(self, cache, tokens)?;
+        let l = Qwen3::decode(self.0, cache, tokens)?;
         to_host(&l, logits)
     }
 

@@ -9,6 +9,7 @@ use rayon::prelude::*;
 use t2po_control::{observe_batch, Event, Sequence, Step};
 
 use crate::error::{Error, Result};
+use crate::model::fused::{exp_neg, max_of};
 
 /// Fewest rows per parallel `observe_batch` call (below it, one call: the split costs more).
 const OBSERVE_CHUNK: usize = 8;
@@ -66,13 +67,82 @@ pub struct Draw {
     pub event: Event,
 }
 
+/// Entries per block of the draw's cumulative search: the exp pass leaves one sum per block,
+/// so finding the drawn entry scans block sums, then one block.
+const BLOCK: usize = 64;
+
+const NO_DRAW: Draw = Draw {
+    token: 0,
+    log_prob: 0.0,
+    forced: false,
+    signal: None,
+    event: Event::None,
+};
+
+/// One chunk's buffers for [`Sampler`]: the row's tempered, unnormalised probabilities, their
+/// block sums, and the top-p order.
+#[derive(Debug, Default)]
+struct RowScratch {
+    probs: Vec<f32>,
+    blocks: Vec<f64>,
+    order: Vec<u32>,
+}
+
+/// `probs[i] = e^((row[i] − max)·inv_t)` (0 for masked `−inf` entries) and `blocks[j]` the sum
+/// of block `j`'s entries (f32 lanes, then f64): one vectorised pass over the row. `exp` is the
+/// fused kernels' ([`exp_neg`], ≤ 4e-7 relative; arguments are ≤ 0 after the max).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn exp_blocks(row: &[f32], max: f32, inv_t: f32, probs: &mut [f32], blocks: &mut [f64]) {
+    const L: usize = 16;
+    for ((x, p), b) in row
+        .chunks(BLOCK)
+        .zip(probs.chunks_mut(BLOCK))
+        .zip(blocks.iter_mut())
+    {
+        let mut acc = [0f32; L];
+        let xc = x.chunks_exact(L);
+        let xr = xc.remainder();
+        let mut pc = p.chunks_exact_mut(L);
+        for (xv, pv) in xc.zip(&mut pc) {
+            for k in 0..L {
+                let e = exp_neg((xv[k] - max) * inv_t);
+                let e = if xv[k] == f32::NEG_INFINITY { 0.0 } else { e };
+                pv[k] = e;
+                acc[k] += e;
+            }
+        }
+        let mut sum: f32 = acc.iter().sum();
+        for (&xi, pi) in xr.iter().zip(pc.into_remainder()) {
+            let e = if xi == f32::NEG_INFINITY {
+                0.0
+            } else {
+                exp_neg((xi - max) * inv_t)
+            };
+            *pi = e;
+            sum += e;
+        }
+        *b = sum as f64;
+    }
+}
+
+impl RowScratch {
+    /// Fills `probs` and `blocks` for `row`; returns the row's max and `Σ probs`.
+    fn exp_pass(&mut self, row: &[f32], inv_t: f32) -> (f32, f64) {
+        let max = max_of(row);
+        self.probs.resize(row.len(), 0.0);
+        self.blocks.resize(row.len().div_ceil(BLOCK), 0.0);
+        exp_blocks(row, max, inv_t, &mut self.probs, &mut self.blocks);
+        (max, self.blocks.iter().sum())
+    }
+}
+
 /// Reusable buffers of the sampling step.
 #[derive(Debug)]
 pub struct Sampler {
     params: SamplingParams,
     steps: Vec<Step>,
-    probs: Vec<f32>,
-    order: Vec<u32>,
+    /// One per parallel chunk of rows.
+    scratch: Vec<RowScratch>,
 }
 
 impl Sampler {
@@ -82,13 +152,29 @@ impl Sampler {
         Ok(Self {
             params,
             steps: Vec::new(),
-            probs: Vec::new(),
-            order: Vec::new(),
+            scratch: Vec::new(),
         })
+    }
+
+    /// Rows per parallel chunk for a batch of `b`, and the chunk count; grows the per-chunk
+    /// buffers on first use (warm-up).
+    fn chunks(&mut self, b: usize) -> usize {
+        let per = OBSERVE_CHUNK.max(b.div_ceil(rayon::current_num_threads().max(1)));
+        let n = b.div_ceil(per);
+        if self.scratch.len() < n {
+            self.scratch.resize_with(n, RowScratch::default);
+        }
+        per
     }
 
     /// One decode step for every row: `logits` is `[B, vocab]` row-major raw logits,
     /// `seqs`/`rngs`/`out` have one entry per row.
+    ///
+    /// The rows are split into chunks over the pool; each chunk runs the kernel's
+    /// `observe_batch` on its rows, then draws and accepts row by row while the rows are still
+    /// in this core's cache. Rows are independent (own sequence, own generator), so results do
+    /// not depend on the split. On an error the batch's state is unspecified (the rollout
+    /// stops).
     pub fn step(
         &mut self,
         seqs: &mut [Sequence],
@@ -98,7 +184,7 @@ impl Sampler {
         out: &mut Vec<Draw>,
     ) -> Result<()> {
         let b = seqs.len();
-        if rngs.len() != b || logits.len() != b * vocab {
+        if rngs.len() != b || logits.len() != b * vocab || vocab == 0 {
             return Err(Error::invalid(
                 "sampler",
                 format!(
@@ -109,48 +195,53 @@ impl Sampler {
             ));
         }
         self.steps.resize(b, Step::default());
-        // The kernel's rows are independent, so splitting them over the pool (each chunk one
-        // `observe_batch` call) changes nothing in the results, only the wall time.
-        let per = OBSERVE_CHUNK.max(b.div_ceil(rayon::current_num_threads().max(1)));
+        out.clear();
+        out.resize(b, NO_DRAW);
+        let per = self.chunks(b);
+        let params = self.params;
         seqs.par_chunks_mut(per)
+            .zip(rngs.par_chunks_mut(per))
             .zip(logits.par_chunks(per * vocab))
             .zip(self.steps.par_chunks_mut(per))
-            .try_for_each(|((s, l), st)| observe_batch(s, l, vocab, vocab, st))?;
-        out.clear();
-        for r in 0..b {
-            let row = &logits[r * vocab..(r + 1) * vocab];
-            let step = self.steps[r];
-            let forced = step.forced();
-            let (token, log_prob) = match forced {
-                Some(t) => {
-                    if t as usize >= vocab {
-                        return Err(Error::invalid(
-                            "forced token",
-                            format!("{t} is outside the vocabulary ({vocab})"),
-                        ));
-                    }
-                    (t, self.log_prob(row, t))
+            .zip(out.par_chunks_mut(per))
+            .zip(self.scratch.par_iter_mut())
+            .try_for_each(|(((((s, g), l), st), o), sc)| -> Result<()> {
+                observe_batch(s, l, vocab, vocab, st)?;
+                for (r, row) in l.chunks_exact(vocab).enumerate() {
+                    let step = st[r];
+                    let forced = step.forced();
+                    let (token, log_prob) = match forced {
+                        Some(t) => {
+                            if t as usize >= vocab {
+                                return Err(Error::invalid(
+                                    "forced token",
+                                    format!("{t} is outside the vocabulary ({vocab})"),
+                                ));
+                            }
+                            (t, log_prob(&params, sc, row, t))
+                        }
+                        None => draw(&params, sc, row, &mut g[r]),
+                    };
+                    s[r].accept(token)?;
+                    let event = match step.event {
+                        1 => Event::Converged,
+                        2 => Event::Budget,
+                        _ => Event::None,
+                    };
+                    o[r] = Draw {
+                        token,
+                        log_prob,
+                        forced: forced.is_some(),
+                        signal: forced.is_none().then_some(step.signal),
+                        event,
+                    };
                 }
-                None => self.draw(row, &mut rngs[r]),
-            };
-            seqs[r].accept(token)?;
-            let event = match step.event {
-                1 => Event::Converged,
-                2 => Event::Budget,
-                _ => Event::None,
-            };
-            out.push(Draw {
-                token,
-                log_prob,
-                forced: forced.is_some(),
-                signal: forced.is_none().then_some(step.signal),
-                event,
-            });
-        }
-        Ok(())
+                Ok(())
+            })
     }
 
-    /// Sampling alone, without the control kernel (the baseline of the overhead benchmark).
+    /// Sampling alone, without the control kernel (the baseline of the overhead benchmark),
+    /// split over the pool as [`step`](Self::step) splits it.
     pub fn sample_only(
         &mut self,
         rngs: &mut [ChaCha12Rng],
@@ -158,91 +249,113 @@ impl Sampler {
         vocab: usize,
         out: &mut Vec<Draw>,
     ) -> Result<()> {
-        if logits.len() != rngs.len() * vocab {
+        let b = rngs.len();
+        if logits.len() != b * vocab || vocab == 0 {
             return Err(Error::invalid("sampler", "one generator per logits row"));
         }
         out.clear();
-        for (r, rng) in rngs.iter_mut().enumerate() {
-            let (token, log_prob) = self.draw(&logits[r * vocab..(r + 1) * vocab], rng);
-            out.push(Draw {
-                token,
-                log_prob,
-                forced: false,
-                signal: None,
-                event: Event::None,
+        out.resize(b, NO_DRAW);
+        let per = self.chunks(b);
+        let params = self.params;
+        rngs.par_chunks_mut(per)
+            .zip(logits.par_chunks(per * vocab))
+            .zip(out.par_chunks_mut(per))
+            .zip(self.scratch.par_iter_mut())
+            .for_each(|(((g, l), o), sc)| {
+                for (r, row) in l.chunks_exact(vocab).enumerate() {
+                    let (token, log_prob) = draw(&params, sc, row, &mut g[r]);
+                    o[r] = Draw {
+                        token,
+                        log_prob,
+                        ..NO_DRAW
+                    };
+                }
             });
-        }
         Ok(())
     }
+}
 
-    /// `log softmax(row / T)[token]`.
-    fn log_prob(&self, row: &[f32], token: u32) -> f32 {
-        let inv_t = 1.0 / self.params.temperature;
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let sum: f64 = row
-            .iter()
-            .map(|&x| (((x - max) * inv_t) as f64).exp())
-            .sum();
-        ((row[token as usize] - max) * inv_t) - sum.ln() as f32
-    }
+/// `log softmax(row / T)[token]`.
+fn log_prob(params: &SamplingParams, sc: &mut RowScratch, row: &[f32], token: u32) -> f32 {
+    let inv_t = 1.0 / params.temperature;
+    let (max, total) = sc.exp_pass(row, inv_t);
+    ((row[token as usize] - max) * inv_t) - total.ln() as f32
+}
 
-    /// One draw from `softmax(row / T)` restricted to the top-p nucleus, with its log-prob
-    /// under the full tempered distribution.
-    fn draw(&mut self, row: &[f32], rng: &mut ChaCha12Rng) -> (u32, f32) {
-        let inv_t = 1.0 / self.params.temperature;
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        self.probs.clear();
-        self.probs
-            .extend(row.iter().map(|&x| ((x - max) * inv_t).exp()));
-        let total: f64 = self.probs.iter().map(|&p| p as f64).sum();
-        let u: f64 = rng.random::<f64>();
-        let token = if self.params.top_p >= 1.0 {
-            let target = u * total;
-            let mut acc = 0.0f64;
-            let mut pick = None;
-            for (i, &p) in self.probs.iter().enumerate() {
-                acc += p as f64;
-                if acc > target && p > 0.0 {
-                    pick = Some(i);
+/// One draw from `softmax(row / T)` restricted to the top-p nucleus, with its log-prob
+/// under the full tempered distribution.
+fn draw(
+    params: &SamplingParams,
+    sc: &mut RowScratch,
+    row: &[f32],
+    rng: &mut ChaCha12Rng,
+) -> (u32, f32) {
+    let inv_t = 1.0 / params.temperature;
+    let (max, total) = sc.exp_pass(row, inv_t);
+    let u: f64 = rng.random::<f64>();
+    let probs = &sc.probs;
+    let token = if params.top_p >= 1.0 {
+        // The first entry whose cumulative mass exceeds u·total: whole blocks by their sums,
+        // then entry by entry inside the block that crosses.
+        let target = u * total;
+        let mut acc = 0.0f64;
+        let mut pick = None;
+        for (j, &bs) in sc.blocks.iter().enumerate() {
+            if acc + bs <= target {
+                acc += bs;
+                continue;
+            }
+            let block = &probs[j * BLOCK..probs.len().min((j + 1) * BLOCK)];
+            let mut inner = acc;
+            for (i, &p) in block.iter().enumerate() {
+                inner += p as f64;
+                if inner > target && p > 0.0 {
+                    pick = Some(j * BLOCK + i);
                     break;
                 }
             }
-            // Rounding can leave `acc` a hair below `target`: take the last non-zero entry.
-            pick.unwrap_or_else(|| self.probs.iter().rposition(|&p| p > 0.0).unwrap_or(0))
-        } else {
-            self.order.clear();
-            self.order.extend(0..row.len() as u32);
-            let probs = &self.probs;
-            self.order.sort_unstable_by(|&a, &b| {
-                probs[b as usize]
-                    .total_cmp(&probs[a as usize])
-                    .then(a.cmp(&b))
-            });
-            let cut = self.params.top_p as f64 * total;
-            let mut mass = 0.0f64;
-            let mut keep = 0;
-            for &i in &self.order {
-                mass += probs[i as usize] as f64;
-                keep += 1;
-                if mass >= cut {
-                    break;
-                }
+            // The block's sum (f32 lanes) and its entries summed in order can differ by a
+            // rounding: the block still holds the crossing, at its last non-zero entry.
+            pick = pick.or_else(|| block.iter().rposition(|&p| p > 0.0).map(|i| j * BLOCK + i));
+            if pick.is_some() {
+                break;
             }
-            let target = u * mass;
-            let mut acc = 0.0f64;
-            let mut pick = self.order[keep - 1] as usize;
-            for &i in &self.order[..keep] {
-                acc += probs[i as usize] as f64;
-                if acc > target {
-                    pick = i as usize;
-                    break;
-                }
+            acc += bs;
+        }
+        // Rounding can leave the whole sum a hair below the target: the last non-zero entry.
+        pick.unwrap_or_else(|| probs.iter().rposition(|&p| p > 0.0).unwrap_or(0))
+    } else {
+        sc.order.clear();
+        sc.order.extend(0..row.len() as u32);
+        sc.order.sort_unstable_by(|&a, &b| {
+            probs[b as usize]
+                .total_cmp(&probs[a as usize])
+                .then(a.cmp(&b))
+        });
+        let cut = params.top_p as f64 * total;
+        let mut mass = 0.0f64;
+        let mut keep = 0;
+        for &i in &sc.order {
+            mass += probs[i as usize] as f64;
+            keep += 1;
+            if mass >= cut {
+                break;
             }
-            pick
-        };
-        let log_prob = ((row[token] - max) * inv_t) - total.ln() as f32;
-        (token as u32, log_prob)
-    }
+        }
+        let target = u * mass;
+        let mut acc = 0.0f64;
+        let mut pick = sc.order[keep - 1] as usize;
+        for &i in &sc.order[..keep] {
+            acc += probs[i as usize] as f64;
+            if acc > target {
+                pick = i as usize;
+                break;
+            }
+        }
+        pick
+    };
+    let log_prob = ((row[token] - max) * inv_t) - total.ln() as f32;
+    (token as u32, log_prob)
 }
 
 #[cfg(test)]
@@ -261,7 +374,7 @@ mod tests {
     fn draws_follow_the_tempered_distribution() {
         let row = [0.5f32, 2.0, -1.0, 1.0, f32::NEG_INFINITY, 0.0];
         for t in [0.5f32, 1.0, 2.0] {
-            let mut s = Sampler::new(SamplingParams {
+            let s = Sampler::new(SamplingParams {
                 temperature: t,
                 top_p: 1.0,
             })
@@ -270,7 +383,7 @@ mod tests {
             let n = 60_000;
             let mut counts = [0usize; 6];
             for _ in 0..n {
-                let (tok, lp) = s.draw(&row, &mut rng);
+                let (tok, lp) = draw(&s.params, &mut RowScratch::default(), &row, &mut rng);
                 counts[tok as usize] += 1;
                 // Log-prob against an f64 reference: 1e-5 absolute.
                 let want = softmax64(&row, t as f64)[tok as usize].ln();
@@ -291,10 +404,98 @@ mod tests {
     }
 
     #[test]
+    fn draws_across_blocks_follow_the_distribution_and_skip_masked_entries() {
+        // 300 entries (5 blocks, the last one partial): a few strong ones spread over the
+        // blocks, the rest weak, a masked tail (as the rollout masks ids past the tokenizer).
+        let mut row = vec![-2.0f32; 300];
+        for (i, v) in [
+            (3usize, 1.0f32),
+            (70, 2.0),
+            (150, 0.5),
+            (250, 1.5),
+            (255, 1.0),
+        ] {
+            row[i] = v;
+        }
+        row[280..].fill(f32::NEG_INFINITY);
+        let p = softmax64(&row, 1.0);
+        let params = SamplingParams::default();
+        let mut sc = RowScratch::default();
+        let mut rng = ChaCha12Rng::seed_from_u64(4);
+        let n = 100_000;
+        let mut counts = vec![0usize; row.len()];
+        for _ in 0..n {
+            let (tok, lp) = draw(&params, &mut sc, &row, &mut rng);
+            counts[tok as usize] += 1;
+            assert!((lp as f64 - p[tok as usize].ln()).abs() < 1e-5);
+        }
+        assert!(
+            counts[280..].iter().all(|&c| c == 0),
+            "a masked entry was drawn"
+        );
+        for i in [3usize, 70, 150, 250, 255] {
+            let sd = (n as f64 * p[i] * (1.0 - p[i])).sqrt();
+            let want = n as f64 * p[i];
+            assert!(
+                (counts[i] as f64 - want).abs() <= 5.0 * sd,
+                "{i}: {} vs {want}",
+                counts[i]
+            );
+        }
+        // The weak entries together.
+        let weak: usize = (0..280)
+            .filter(|i| row[*i] == -2.0)
+            .map(|i| counts[i])
+            .sum();
+        let pw: f64 = (0..280).filter(|i| row[*i] == -2.0).map(|i| p[i]).sum();
+        let sd = (n as f64 * pw * (1.0 - pw)).sqrt();
+        assert!((weak as f64 - n as f64 * pw).abs() <= 5.0 * sd);
+    }
+
+    #[test]
+    fn steps_do_not_depend_on_the_thread_split() {
+        let (b, v) = (40usize, 200usize);
+        let mut g = ChaCha12Rng::seed_from_u64(8);
+        let logits: Vec<f32> = (0..b * v).map(|_| g.random::<f32>() * 4.0).collect();
+        let mut cfg = t2po_control::Config::paper();
+        cfg.think_open = 1;
+        cfg.think_close = 2;
+        cfg.queue_len = 1;
+        cfg.queue[0] = 2;
+        cfg.min_len = 2;
+        cfg.max_think = 5;
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut seqs = vec![Sequence::new(&cfg).unwrap(); b];
+                for s in &mut seqs {
+                    s.reset();
+                    s.begin_generation(t2po_control::ThinkStart::Inside);
+                }
+                let mut rngs: Vec<_> = (0..b as u64).map(ChaCha12Rng::seed_from_u64).collect();
+                let mut s = Sampler::new(SamplingParams::default()).unwrap();
+                let mut out = Vec::new();
+                let mut all = Vec::new();
+                for _ in 0..8 {
+                    s.step(&mut seqs, &mut rngs, &logits, v, &mut out).unwrap();
+                    all.extend_from_slice(&out);
+                }
+                all
+            })
+        };
+        let one = run(1);
+        assert!(one.iter().any(|d| d.forced));
+        assert_eq!(one, run(3));
+    }
+
+    #[test]
     fn top_p_keeps_the_smallest_nucleus() {
         // Probabilities 0.5, 0.3, 0.15, 0.05: top_p 0.75 keeps tokens {0, 1}.
         let row: Vec<f32> = [0.5f32, 0.3, 0.15, 0.05].iter().map(|p| p.ln()).collect();
-        let mut s = Sampler::new(SamplingParams {
+        let s = Sampler::new(SamplingParams {
             temperature: 1.0,
             top_p: 0.75,
         })
@@ -302,7 +503,7 @@ mod tests {
         let mut rng = ChaCha12Rng::seed_from_u64(9);
         let mut counts = [0usize; 4];
         for _ in 0..20_000 {
-            counts[s.draw(&row, &mut rng).0 as usize] += 1;
+            counts[draw(&s.params, &mut RowScratch::default(), &row, &mut rng).0 as usize] += 1;
         }
         assert_eq!(counts[2] + counts[3], 0);
         let ratio = counts[0] as f64 / counts[1] as f64;

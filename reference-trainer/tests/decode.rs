@@ -1,0 +1,236 @@
+//! The allocation-free decode step (`model::decode`) against the candle path it replaces in the
+//! rollout (`Qwen3::decode`, fused kernels on, and the composed reference ops): the same logits
+//! on left-padded batches over several steps, after dropping rows, for batch 1 and more, with
+//! and without biases and tied heads; and the same rollout (tokens, log-probs) on the same seed.
+//!
+//! Tolerance: 1e-6 absolute on logits (random weights, |logit| ≲ 1): the products sum in a
+//! different order than gemm's, each a dot of ≤ 48 f32 terms, twice per layer, so rounding
+//! differences stay a few ulps (seen ≤ 1.2e-7 over 8 steps).
+
+use candle_core::{DType, Device};
+use reference_trainer::model::{DecodeState, Decoder, Qwen3, Qwen3Config};
+use reference_trainer::rollout::{CandleDecode, Policy};
+
+const TOL: f32 = 1e-6;
+
+fn tiny(tied: bool, bias: bool) -> Qwen3Config {
+    let mut c = Qwen3Config::small(97, 32, 48, 2, 4, 2, 8, 128);
+    c.tie_word_embeddings = tied;
+    c.attention_bias = bias;
+    c
+}
+
+fn prompts() -> Vec<Vec<u32>> {
+    vec![
+        vec![3, 14, 15, 92, 65, 35, 89, 79, 32, 38],
+        vec![1, 2, 3],
+        vec![50, 60, 70, 80, 90, 11],
+        vec![7],
+        vec![8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19],
+    ]
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Decodes `steps` tokens per row through both paths (the same tokens), dropping rows at the
+/// listed steps, and compares the logits after every step.
+fn compare(model: &Qwen3, prompts: &[Vec<u32>], steps: usize, drops: &[(usize, Vec<usize>)]) {
+    let v = model.config().vocab_size;
+    let reference = CandleDecode(model);
+    let mut want = Vec::new();
+    let mut got = Vec::new();
+    let mut cache = reference.prefill(prompts, steps, &mut want).unwrap();
+    let mut state = match Policy::prefill(model, prompts, steps, &mut got).unwrap() {
+        reference_trainer::rollout::QwenCache::Direct(s) => s,
+        other => panic!("f32 CPU with fused kernels should decode directly, got {other:?}"),
+    };
+    assert_eq!(want, got, "prefill logits are the same computation");
+    let mut rows: Vec<usize> = (0..prompts.len()).collect();
+    let mut worst = 0f32;
+    for t in 0..steps {
+        if let Some((_, keep)) = drops.iter().find(|(s, _)| *s == t) {
+            reference.retain(&mut cache, keep).unwrap();
+            state.retain(keep).unwrap();
+            rows = keep.iter().map(|&k| rows[k]).collect();
+        }
+        let tokens: Vec<u32> = rows
+            .iter()
+            .map(|&r| ((r * 31 + t * 7 + 1) % v) as u32)
+            .collect();
+        reference.decode(&mut cache, &tokens, &mut want).unwrap();
+        // Split over two threads on odd steps: the split must not change the logits.
+        state.set_threads(1 + t % 2);
+        state.step(&tokens, &mut got).unwrap();
+        assert_eq!(got.len(), rows.len() * v);
+        let d = max_diff(&want, &got);
+        assert!(
+            d <= TOL,
+            "step {t}, rows {rows:?}: max abs diff {d} (tolerance {TOL})"
+        );
+        worst = worst.max(d);
+    }
+    eprintln!(
+        "{} rows, {steps} steps: max abs diff {worst:e}",
+        prompts.len()
+    );
+}
+
+#[test]
+fn direct_decode_equals_the_candle_decode_on_left_padded_batches() {
+    for (tied, bias) in [(true, false), (false, true)] {
+        let mut model = Qwen3::random(tiny(tied, bias), 5, DType::F32, &Device::Cpu).unwrap();
+        if bias {
+            // Random init zeroes biases; non-zero ones check they are added.
+            let vars: Vec<_> = model
+                .params()
+                .iter()
+                .filter(|(n, _)| n.ends_with(".bias"))
+                .map(|(_, v)| v.clone())
+                .collect();
+            for (i, v) in vars.iter().enumerate() {
+                let n = v.elem_count();
+                let data: Vec<f32> = (0..n).map(|j| ((i * 7 + j) % 5) as f32 * 0.01).collect();
+                v.set(&candle_core::Tensor::from_vec(data, n, &Device::Cpu).unwrap())
+                    .unwrap();
+            }
+        }
+        let p = prompts();
+        compare(&model, &p, 8, &[]);
+        compare(&model, &p[..1], 8, &[]);
+        compare(&model, &p[3..4], 5, &[]);
+        // Finished rows leave the batch: increasing (in place) and any order (copied).
+        compare(&model, &p, 8, &[(2, vec![0, 2, 3, 4]), (5, vec![1, 3])]);
+        compare(&model, &p, 4, &[(1, vec![4, 0, 2])]);
+        // A batch large enough to be split over two threads.
+        let many: Vec<Vec<u32>> = (0..24)
+            .map(|r| p[r % 5].iter().map(|&t| (t + r as u32) % 97).collect())
+            .collect();
+        compare(
+            &model,
+            &many,
+            5,
+            &[(3, (0..24).filter(|r| r % 5 != 0).collect())],
+        );
+        // Against the composed reference ops too (the candle path of T2PO_COMPOSED_OPS=1).
+        let (mut cache, mut want) = {
+            model.set_fused(false).unwrap();
+            let mut l = Vec::new();
+            let c = CandleDecode(&model).prefill(&p, 3, &mut l).unwrap();
+            (c, l)
+        };
+        model.set_fused(true).unwrap();
+        let (c, _) = model.prefill(&p, 3).unwrap();
+        let mut state = DecodeState::from_cache(Decoder::new(&model).unwrap(), &c).unwrap();
+        model.set_fused(false).unwrap();
+        let mut got = Vec::new();
+        for t in 0..3u32 {
+            let tokens: Vec<u32> = (0..p.len() as u32).map(|r| (r * 13 + t) % 97).collect();
+            CandleDecode(&model)
+                .decode(&mut cache, &tokens, &mut want)
+                .unwrap();
+            state.step(&tokens, &mut got).unwrap();
+            let d = max_diff(&want, &got);
+            assert!(d <= TOL, "composed ops, step {t}: max abs diff {d}");
+        }
+    }
+}
+
+#[test]
+fn the_direct_state_rejects_bad_input_by_name() {
+    let model = Qwen3::random(tiny(true, false), 1, DType::F32, &Device::Cpu).unwrap();
+    let (c, _) = model.prefill(&prompts()[..2], 2).unwrap();
+    let mut s = DecodeState::from_cache(Decoder::new(&model).unwrap(), &c).unwrap();
+    let mut l = Vec::new();
+    let e = s.step(&[1], &mut l).unwrap_err().to_string();
+    assert!(e.contains("1 tokens for a batch of 2"), "{e}");
+    let e = s.step(&[1, 97], &mut l).unwrap_err().to_string();
+    assert!(e.contains("97 is outside the vocabulary"), "{e}");
+    s.step(&[1, 2], &mut l).unwrap();
+    s.step(&[1, 2], &mut l).unwrap();
+    let e = s.step(&[1, 2], &mut l).unwrap_err().to_string();
+    assert!(e.contains("cache is full"), "{e}");
+    let e = s.retain(&[0, 2]).unwrap_err().to_string();
+    assert!(e.contains("row 2 of a batch of 2"), "{e}");
+    let bf16 = Qwen3::random(tiny(true, false), 1, DType::BF16, &Device::Cpu).unwrap();
+    let e = Decoder::new(&bf16).unwrap_err().to_string();
+    assert!(e.contains("f32 on the CPU"), "{e}");
+}
+
+#[test]
+fn the_direct_decode_rolls_out_the_same_episodes_as_the_candle_decode() {
+    use reference_trainer::defaults;
+    use reference_trainer::rollout::{
+        rollout, ControlSwitches, EnvKind, EnvPool, EpisodeSpec, RolloutConfig, SamplingParams,
+        Split,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_var("T2PO_CACHE", dir.path());
+    let tok = defaults::tokenizer(7).unwrap();
+    let c = tok.control_tokens().unwrap();
+    let model = defaults::model(&tok, 7, &Device::Cpu).unwrap();
+    assert!(model.fused());
+    let env = EnvKind::Webshop;
+    let mut size = defaults::pool_size(env);
+    size.products = 200;
+    let pool = EnvPool::generated(env, 7, size).unwrap();
+    let cfg = RolloutConfig {
+        control: ControlSwitches::default()
+            .control_config_for(&c, env.response_tags())
+            .unwrap(),
+        mark_void: false,
+        sampling: SamplingParams::default(),
+        max_response_tokens: 64,
+        max_prompt_tokens: 768,
+        history_length: pool.history_length(),
+        max_turns: 2,
+        seed: 5,
+    };
+    let specs: Vec<_> = (0..6)
+        .map(|i| EpisodeSpec {
+            task: i % 3,
+            group: i % 3,
+        })
+        .collect();
+    let envs = || -> Vec<_> { (0..specs.len()).map(|_| pool.make(Split::Test)).collect() };
+    let direct = rollout(&model, &tok, &mut envs(), &specs, &cfg, |_, _| {})
+        .unwrap()
+        .0;
+    let candle = rollout(
+        &CandleDecode(&model),
+        &tok,
+        &mut envs(),
+        &specs,
+        &cfg,
+        |_, _| {},
+    )
+    .unwrap()
+    .0;
+    let mut tokens = 0;
+    for (a, b) in direct.iter().zip(&candle) {
+        assert_eq!(a.turns.len(), b.turns.len());
+        for (ta, tb) in a.turns.iter().zip(&b.turns) {
+            let (ga, gb) = (&ta.generation, &tb.generation);
+            // Same seeds, logits equal to rounding: the same draws, TTI decisions and tokens.
+            assert_eq!(ga.response_ids, gb.response_ids);
+            assert_eq!(ga.forced, gb.forced);
+            assert_eq!(ga.tti, gb.tti);
+            tokens += ga.response_ids.len();
+            for (x, y) in ga.log_probs.iter().zip(&gb.log_probs) {
+                assert!((x - y).abs() <= 1e-5, "log-prob {x} vs {y}");
+            }
+            for (x, y) in ga.signal.iter().zip(&gb.signal) {
+                match (x, y) {
+                    (Some(x), Some(y)) => assert!((x - y).abs() <= 1e-4, "M_t {x} vs {y}"),
+                    _ => assert_eq!(x, y),
+                }
+            }
+        }
+    }
+    assert!(tokens > 300, "{tokens} tokens compared");
+}
