@@ -926,13 +926,18 @@ fn chunk_logits(h: &[f32], rows: usize, d: usize, w_t: &Tensor) -> Result<Tensor
     Tensor::from_slice(h, (rows, d), &candle_core::Device::Cpu)?.matmul(w_t)
 }
 
-/// The f32 data of a contiguous CPU tensor.
-fn host_f32(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<()>) -> Result<()> {
+/// Runs `f` on the data of a contiguous f32 CPU tensor (errors name `op` and `what`).
+fn with_f32<T>(t: &Tensor, op: &str, what: &str, f: impl FnOnce(&[f32]) -> Result<T>) -> Result<T> {
     let (st, l) = t.storage_and_layout();
     match &*st {
-        candle_core::Storage::Cpu(cpu) => f(f32s(cpu, l, "t2po-lm-head", "logits")?),
-        _ => bail!("t2po-lm-head: logits must be on the CPU"),
+        candle_core::Storage::Cpu(cpu) => f(f32s(cpu, l, op, what)?),
+        _ => bail!("{op}: {what} must be on the CPU"),
     }
+}
+
+/// [`with_f32`] for the LM-head ops' logits chunks.
+fn host_f32(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<()>) -> Result<()> {
+    with_f32(t, "t2po-lm-head", "logits", f)
 }
 
 /// The most logits (bytes) the LM-head op keeps from its forward for the backward; above it the
@@ -1330,72 +1335,72 @@ mod tests {
             (vec![2, 0, 4], 5, 1),
             (vec![1, 0], 4, 3),
         ] {
-            let (b, h, kv, d) = (pad.len(), 4, 2, 8);
-            let t = past + new;
-            let q = randn(&mut rng, &[b, h, new, d], 1.0);
-            let k = randn(&mut rng, &[b, kv, t, d], 1.0);
-            let v = randn(&mut rng, &[b, kv, t, d], 1.0);
-            let vis = Visibility {
-                pad: pad.clone().into(),
-                past,
-                new,
-            };
-            let scale = 1.0 / (d as f64).sqrt();
-            check(
-                "attention",
-                &[q, k, v],
-                &[true, true, true],
-                |x| attention(&x[0], &x[1], &x[2], &vis, scale).unwrap(),
-                |x| {
-                    let mask =
-                        ops::attention_mask(&pad, past, new, x[0].dtype(), &Device::Cpu).unwrap();
-                    ops::attention(&x[0], &x[1], &x[2], &mask, scale).unwrap()
-                },
-            );
+            check_attention(&mut rng, &pad, past, new, (4, 2, 8), false);
         }
     }
 
     #[test]
     fn flash_attention_matches_the_composed_op_across_blocks() {
         let mut rng = ChaCha12Rng::seed_from_u64(31);
-        // (pad per row, past, new, heads, kv heads, head_dim): one block, several query and key
-        // blocks with partial last blocks, left padding longer than a block, a cache (past > 0),
-        // GQA groups of 1, 2 and 4, head_dim 16 / 32 / 64.
-        for (pad, past, new, h, kv, d) in [
-            (vec![0], 0, 5, 2, 1, 16),
-            (vec![0, 0], 0, 150, 4, 2, 32),
-            (vec![0, 70], 0, 133, 2, 2, 16),
-            (vec![3, 0], 30, 70, 4, 1, 64),
-            (vec![0, 2, 65], 0, 67, 2, 1, 32),
+        // (pad per row, past, new, (heads, kv heads, head_dim)): one block, several query and
+        // key blocks with partial last blocks, left padding longer than a block, a cache
+        // (past > 0), GQA groups of 1, 2 and 4, head_dim 16 / 32 / 64.
+        for (pad, past, new, shape) in [
+            (vec![0], 0, 5, (2, 1, 16)),
+            (vec![0, 0], 0, 150, (4, 2, 32)),
+            (vec![0, 70], 0, 133, (2, 2, 16)),
+            (vec![3, 0], 30, 70, (4, 1, 64)),
+            (vec![0, 2, 65], 0, 67, (2, 1, 32)),
         ] {
-            let b = pad.len();
-            let t = past + new;
-            let q = randn(&mut rng, &[b, h, new, d], 1.0);
-            let k = randn(&mut rng, &[b, kv, t, d], 1.0);
-            let v = randn(&mut rng, &[b, kv, t, d], 1.0);
-            let vis = Visibility {
-                pad: pad.clone().into(),
-                past,
-                new,
-            };
-            let scale = 1.0 / (d as f64).sqrt();
-            check(
-                "flash_attention",
-                &[q, k, v],
-                &[true, true, true],
-                |x| flash_attention(&x[0], &x[1], &x[2], &vis, scale).unwrap(),
-                |x| {
-                    let mask =
-                        ops::attention_mask(&pad, past, new, x[0].dtype(), &Device::Cpu).unwrap();
-                    ops::attention(&x[0], &x[1], &x[2], &mask, scale)
-                        .unwrap()
-                        .transpose(1, 2)
-                        .unwrap()
-                        .reshape((b, new, h * d))
-                        .unwrap()
-                },
-            );
+            check_attention(&mut rng, &pad, past, new, shape, true);
         }
+    }
+
+    /// [`check`] of [`attention`] (or [`flash_attention`], whose output is `[B, L, H·D]`)
+    /// against the composed op with the same mask, on random q/k/v of `(heads, kv, head_dim)`.
+    fn check_attention(
+        rng: &mut ChaCha12Rng,
+        pad: &[usize],
+        past: usize,
+        new: usize,
+        (h, kv, d): (usize, usize, usize),
+        flash: bool,
+    ) {
+        let (b, t) = (pad.len(), past + new);
+        let q = randn(rng, &[b, h, new, d], 1.0);
+        let k = randn(rng, &[b, kv, t, d], 1.0);
+        let v = randn(rng, &[b, kv, t, d], 1.0);
+        let vis = Visibility {
+            pad: pad.to_vec().into(),
+            past,
+            new,
+        };
+        let scale = 1.0 / (d as f64).sqrt();
+        check(
+            if flash {
+                "flash_attention"
+            } else {
+                "attention"
+            },
+            &[q, k, v],
+            &[true, true, true],
+            |x| {
+                if flash {
+                    flash_attention(&x[0], &x[1], &x[2], &vis, scale).unwrap()
+                } else {
+                    attention(&x[0], &x[1], &x[2], &vis, scale).unwrap()
+                }
+            },
+            |x| {
+                let mask = ops::attention_mask(pad, past, new, x[0].dtype(), &Device::Cpu).unwrap();
+                let o = ops::attention(&x[0], &x[1], &x[2], &mask, scale).unwrap();
+                if flash {
+                    o.transpose(1, 2).unwrap().reshape((b, new, h * d)).unwrap()
+                } else {
+                    o
+                }
+            },
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use candle_core::{bail, CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use pulp::{Arch, Simd, WithSimd};
 use rayon::prelude::*;
 
-use super::{exp_neg, max_of, Visibility, LANES};
+use super::{exp_neg, max_of, with_f32, Visibility, LANES};
 
 /// Keys per block.
 const BC: usize = 64;
@@ -694,15 +694,6 @@ struct FlashAttentionBwd {
     lse: Arc<Vec<f32>>,
 }
 
-/// Runs `f` on the data of a contiguous f32 CPU tensor.
-fn with_f32<T>(t: &Tensor, what: &str, f: impl FnOnce(&[f32]) -> Result<T>) -> Result<T> {
-    let (st, l) = t.storage_and_layout();
-    match &*st {
-        candle_core::Storage::Cpu(cpu) => f(super::f32s(cpu, l, "t2po-flash-attention-bwd", what)?),
-        _ => bail!("t2po-flash-attention-bwd: {what} must be on the CPU"),
-    }
-}
-
 impl CustomOp3 for FlashAttentionBwd {
     fn name(&self) -> &'static str {
         "t2po-flash-attention-bwd"
@@ -731,8 +722,8 @@ impl CustomOp3 for FlashAttentionBwd {
         {
             bail!("{name}: output, gradient or log-sum-exp of the wrong size");
         }
-        let parts = with_f32(&self.out, "output", |o| {
-            with_f32(&self.dout, "gradient", |g| {
+        let parts = with_f32(&self.out, name, "output", |o| {
+            with_f32(&self.dout, name, "gradient", |g| {
                 Ok((0..b * dm.kv)
                     .into_par_iter()
                     .map(|task| {
