@@ -819,9 +819,12 @@ mod x512 {
     }
 
     /// [`super::offer_block`] on AVX-512F. The held values live in registers for the block (one
-    /// to four vectors by `j`) and go back to the buffer once at its end: an insertion is a
-    /// handful of vector operations without a walk or a branch, and the threshold is lane
-    /// `j − 1` broadcast by one permute — no store in between for a load to wait on.
+    /// to four vectors by `j`) and go back to the buffer once at its end; an insertion is a
+    /// handful of vector operations without a walk or a branch. Every entry above the
+    /// threshold as it stood when its 16-group began is inserted, without a check against the
+    /// threshold the group's earlier insertions raised: inserting a value at or below the
+    /// `j`-th held one changes only the lanes from `j` on, which are never read — so the
+    /// insertions of a group depend on each other only through the held vectors.
     #[inline]
     #[target_feature(enable = "avx512f")]
     pub(super) fn offer_block(top: &mut TopJ, block: &[f32]) {
@@ -840,12 +843,8 @@ mod x512 {
         for (h, v) in held.iter_mut().zip(top.vals.chunks_exact(16)) {
             *h = load(v);
         }
-        // The threshold: lane `j − 1` (`−inf` until `j` values are held: the buffer's fill).
-        let (last, pick) = (
-            (top.j - 1) / 16,
-            _mm512_set1_epi32(((top.j - 1) % 16) as i32),
-        );
-        let mut thr = _mm512_permutexvar_ps(pick, held[last]);
+        // The threshold: lane `j − 1` of the last vector (`−inf` until `j` values are held).
+        let pick = _mm512_set1_epi32(((top.j - 1) % 16) as i32);
         for g in block.chunks(16) {
             let xs = if g.len() == 16 {
                 load(g)
@@ -854,27 +853,28 @@ mod x512 {
                 padded[..g.len()].copy_from_slice(g);
                 load(&padded)
             };
+            let thr = _mm512_permutexvar_ps(pick, held[NV - 1]);
             // NaN compares false, so it is never held.
             let mut above = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(xs, thr);
             while above != 0 {
                 let at = _mm512_set1_epi32(above.trailing_zeros() as i32);
                 insert(&mut held, _mm512_permutexvar_ps(at, xs));
-                thr = _mm512_permutexvar_ps(pick, held[last]);
-                // The raised threshold drops the entries it now excludes (no branch per entry).
                 above &= above - 1;
-                above &= _mm512_cmp_ps_mask::<_CMP_GT_OQ>(xs, thr);
             }
         }
-        for (h, v) in held.iter().zip(top.vals.chunks_exact_mut(16)) {
+        // Held: the lanes below `j` that are not `−inf` (a vector compare per register).
+        let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut len = 0;
+        for (i, (h, v)) in held.iter().zip(top.vals.chunks_exact_mut(16)).enumerate() {
             v.copy_from_slice(&bytemuck::cast::<__m512, [f32; 16]>(*h));
+            let below_j = u16::MAX.checked_shr((16 * (i + 1)).saturating_sub(top.j) as u32);
+            let finite = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(*h, neg_inf);
+            len += (finite & below_j.unwrap_or(0)).count_ones() as usize;
         }
-        top.len = top.vals[..top.j]
-            .iter()
-            .filter(|&&v| v != f32::NEG_INFINITY)
-            .count();
+        top.len = len;
     }
 
-    /// [`TopJ::insert`] of `x` (broadcast, above the threshold) into the held vectors: lane by
+    /// [`TopJ::insert`] of `x` (broadcast) into the held vectors: lane by
     /// lane the old value where it is `≥ x`, else `x` where the lane before it is `≥ x`, else
     /// the lane before it — the values below `x` shift one place, `x` fills the gap. The same
     /// values in the same places as the walk (ties: `x` after the held values equal to it);
