@@ -187,7 +187,7 @@ pub(crate) fn token_stats_wide<T: Logit>(row: &[T], top_j: u32) -> Result<WideSt
     let raw = |k: usize| &row[k * CHUNK..row.len().min((k + 1) * CHUNK)];
     let mut bufs = [[0.0f32; CHUNK]; 2];
     let first = T::widen(raw(0), &mut bufs[0]);
-    let cmax = scan(first, &mut acc.top);
+    let cmax = scan_first(first, &mut acc.top);
     let mut plan = acc.begin(first, cmax);
     for k in 0..n {
         let (a, b) = bufs.split_at_mut(1);
@@ -242,14 +242,27 @@ struct TopJ {
     vals: [f32; TOP_J_CAPACITY],
     len: usize,
     j: usize,
+    /// A value every candidate must exceed even before `j` are held: just below a lower bound
+    /// of the row's `j`-th largest value ([`scan_first`]), else `−inf`.
+    floor: f32,
 }
 
 impl TopJ {
-    /// The value a candidate must exceed; `−inf` until `j` finite values are held.
+    fn new(j: usize) -> Self {
+        Self {
+            vals: [f32::NEG_INFINITY; TOP_J_CAPACITY],
+            len: 0,
+            j,
+            floor: f32::NEG_INFINITY,
+        }
+    }
+
+    /// The value a candidate must exceed: the `j`-th held value, or the floor until `j` are
+    /// held (the `j` held values are then all above the floor).
     #[inline]
     fn threshold(&self) -> f32 {
         if self.len < self.j {
-            f32::NEG_INFINITY
+            self.floor
         } else {
             self.vals[self.j - 1]
         }
@@ -334,11 +347,7 @@ impl Accumulator {
             s: 0.0,
             t: 0.0,
             nan: false,
-            top: TopJ {
-                vals: [f32::NEG_INFINITY; TOP_J_CAPACITY],
-                len: 0,
-                j,
-            },
+            top: TopJ::new(j),
         }
     }
 
@@ -539,7 +548,58 @@ fn lanes_total(acc: &Lanes) -> (f32, f32, f32) {
     )
 }
 
-/// The max scan of one chunk (the row's first, or one after a chunk without finite entries).
+/// The row's `j`-th largest value is at least the `j`-th largest of any `j` or more distinct
+/// entries; for `j ≤ 32` the first chunk's 32 lane maxima (even and odd 64-blocks apart, so
+/// each lane covers its own entries) give such a bound, set as the top-j floor before the
+/// chunk's scan: the chunk's entries below it never reach the insertion. (The floor lets
+/// entries equal to the bound through: ties at the `j`-th value are kept.) Then [`scan`].
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
+fn scan_first(xs: &[f32], top: &mut TopJ) -> f32 {
+    if top.j <= 2 * LANES && xs.len() >= 2 * BLOCK {
+        let (mut even, mut odd) = ([f32::NEG_INFINITY; LANES], [f32::NEG_INFINITY; LANES]);
+        let mut pairs = xs.chunks_exact(2 * BLOCK);
+        for pair in &mut pairs {
+            for v in pair[..BLOCK].chunks_exact(LANES) {
+                even = vmax(even, v);
+            }
+            for v in pair[BLOCK..].chunks_exact(LANES) {
+                odd = vmax(odd, v);
+            }
+        }
+        for v in pairs.remainder().chunks_exact(LANES) {
+            even = vmax(even, v);
+        }
+        let mut maxima = [0.0f32; 2 * LANES];
+        maxima[..LANES].copy_from_slice(&even);
+        maxima[LANES..].copy_from_slice(&odd);
+        // The `j`-th largest: the largest value with at least `j` values ≥ it (ties counted).
+        // `vmax` drops NaN, so the maxima are never NaN.
+        // Written as lane-wise loops over the 32 (a broadcast compare per value, then a
+        // masked max), which vectorise.
+        let mut at_least = [0u32; 2 * LANES];
+        for (n, &v) in at_least.iter_mut().zip(&maxima) {
+            *n = maxima.iter().map(|&w| (w >= v) as u32).sum();
+        }
+        let j = top.j as u32;
+        let mut best = [f32::NEG_INFINITY; 2 * LANES];
+        for ((b, &v), &n) in best.iter_mut().zip(&maxima).zip(&at_least) {
+            *b = if n >= j { v } else { f32::NEG_INFINITY };
+        }
+        let bound = best.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        top.floor = bound.next_down();
+    }
+    let mut sc = Scan::new(top);
+    for block in xs.chunks_exact(BLOCK) {
+        sc.block(block);
+    }
+    sc.finish(xs, top)
+}
+
+/// The max scan of one chunk after a chunk without finite entries.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512vl+avx2+fma",
     "x86_64+avx2+fma",
@@ -560,7 +620,19 @@ fn scan(xs: &[f32], top: &mut TopJ) -> f32 {
     "x86_64+avx"
 ))]
 fn sums(xs: &[f32], m: f32, has_max: bool) -> (f32, f32, f32) {
-    let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
+    multiversion::target::match_target! {
+        "x86_64+avx512f" => if has_max {
+            x512::last_sums::<true>(xs, m)
+        } else {
+            x512::last_sums::<false>(xs, m)
+        },
+        _ => portable_sums(multiversion::target::target_cfg_f!(target_feature = "fma"), xs, m, has_max),
+    }
+}
+
+/// [`sums`] in the portable form (`fma`: the clone has FMA).
+#[inline(always)]
+fn portable_sums(fma: bool, xs: &[f32], m: f32, has_max: bool) -> (f32, f32, f32) {
     let mut acc: Lanes = ([0.0; 2 * LANES], [0.0; 2 * LANES], [0; 2 * LANES]);
     let mut groups = xs.chunks_exact(2 * LANES);
     for g in &mut groups {
@@ -843,8 +915,10 @@ mod x512 {
         for (h, v) in held.iter_mut().zip(top.vals.chunks_exact(16)) {
             *h = load(v);
         }
-        // The threshold: lane `j − 1` of the last vector (`−inf` until `j` values are held).
+        // The threshold: lane `j − 1` of the last vector (`−inf` until `j` values are held),
+        // at least the floor.
         let pick = _mm512_set1_epi32(((top.j - 1) % 16) as i32);
+        let floor = _mm512_set1_ps(top.floor);
         for g in block.chunks(16) {
             let xs = if g.len() == 16 {
                 load(g)
@@ -853,7 +927,7 @@ mod x512 {
                 padded[..g.len()].copy_from_slice(g);
                 load(&padded)
             };
-            let thr = _mm512_permutexvar_ps(pick, held[NV - 1]);
+            let thr = _mm512_max_ps(_mm512_permutexvar_ps(pick, held[NV - 1]), floor);
             // NaN compares false, so it is never held.
             let mut above = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(xs, thr);
             while above != 0 {
@@ -893,6 +967,35 @@ mod x512 {
             *h = _mm512_mask_blend_ps(shift, *h, _mm512_mask_blend_ps(from_prev, x, prev));
             before = old;
         }
+    }
+
+    /// [`super::sums`] on AVX-512F: the exp pass of the row's last chunk (any length), with
+    /// the range mask; the partial last vector is padded with `−inf` (which the mask drops).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn last_sums<const HAS_MAX: bool>(xs: &[f32], m: f32) -> (f32, f32, f32) {
+        let (tab, mv) = (table(), _mm512_set1_ps(m));
+        let (mut e0, mut t0, mut n0) = (
+            _mm512_setzero_ps(),
+            _mm512_setzero_ps(),
+            _mm512_setzero_si512(),
+        );
+        let (mut e1, mut t1, mut n1) = (e0, t0, n0);
+        let mut pairs = xs.chunks_exact(32);
+        for v in &mut pairs {
+            lane::<HAS_MAX, true>(load(&v[..16]), mv, tab, &mut e0, &mut t0, &mut n0);
+            lane::<HAS_MAX, true>(load(&v[16..]), mv, tab, &mut e1, &mut t1, &mut n1);
+        }
+        for v in pairs.remainder().chunks(16) {
+            let mut padded = [f32::NEG_INFINITY; 16];
+            padded[..v.len()].copy_from_slice(v);
+            lane::<HAS_MAX, true>(load(&padded), mv, tab, &mut e0, &mut t0, &mut n0);
+        }
+        (
+            _mm512_reduce_add_epi32(_mm512_add_epi32(n0, n1)) as f32,
+            _mm512_reduce_add_ps(_mm512_add_ps(e0, e1)),
+            _mm512_reduce_add_ps(_mm512_add_ps(t0, t1)),
+        )
     }
 
     /// `(Σ e^(x−m), Σ e^(x−m)(x−m))` of the full chunk `cur` with the range mask, for a chunk
@@ -1137,11 +1240,10 @@ mod tests {
         let mut vector = false;
         for case in 0..3000 {
             let j = 1 + case % TOP_J_CAPACITY;
-            let fresh = TopJ {
-                vals: [f32::NEG_INFINITY; TOP_J_CAPACITY],
-                len: 0,
-                j,
-            };
+            let mut fresh = TopJ::new(j);
+            if rng.below(3) == 0 {
+                fresh.floor = (rng.normal() * 2.0) as f32;
+            }
             let (mut walk, mut fast) = (fresh, fresh);
             // Blocks of every length up to 64 (the row's partial last block), values from a
             // small set half of the time (ties), with masked entries and the odd NaN.
