@@ -313,7 +313,8 @@ impl TopJ {
 /// Offers the entries of a block (≤ 64) whose maximum exceeds the threshold to the top-j
 /// buffer: a bit mask of the entries above the threshold per 16-group (a vector compare), then
 /// only those go to the insertion, each checked again against the threshold it may have raised.
-/// On AVX-512F the insertion is the branch-free vector one ([`x512::insert`]).
+/// On AVX-512F the insertion is the branch-free vector one, without that check (see
+/// `x512::offer_block` for why it needs none).
 #[cold]
 #[inline(never)]
 #[multiversion::multiversion(targets(
