@@ -149,6 +149,18 @@ proptest! {
         check(&row, j, "arbitrary");
     }
 
+    /// Rows of a few distinct values (ties everywhere: at the top-j threshold, at the floor the
+    /// first chunk's lane maxima set, across chunk boundaries), with masked entries, over one
+    /// to three chunks: the top-j values and their count as the reference has them.
+    #[test]
+    fn tied_rows(row in prop::collection::vec(
+        prop_oneof![12 => (0i32..6).prop_map(|v| v as f32), 1 => Just(f32::NEG_INFINITY)],
+        1..6000),
+        j in 1u32..=64) {
+        prop_assume!(row.iter().any(|x| x.is_finite()));
+        check(&row, j, "tied");
+    }
+
     /// Adding a constant to every logit changes no statistic (max and lse shift by it).
     /// Values on a 1/256 grid so `x + c` is exact in f32.
     #[test]
