@@ -114,11 +114,8 @@ impl Logit for f32 {
 impl Logit for bf16 {
     #[inline]
     fn widen<'a>(src: &'a [bf16], buf: &'a mut [f32; CHUNK]) -> &'a [f32] {
-        // bf16 is the top half of an f32: a shift, which vectorises (NaN payloads survive).
         let dst = &mut buf[..src.len()];
-        for (d, s) in dst.iter_mut().zip(src) {
-            *d = f32::from_bits((s.to_bits() as u32) << 16);
-        }
+        widen_bf16(src, dst);
         dst
     }
     fn to_f32(self) -> f32 {
@@ -130,6 +127,20 @@ impl Logit for bf16 {
     }
     const NEG_INF: Self = bf16::NEG_INFINITY;
     const ZERO: Self = bf16::ZERO;
+}
+
+/// bf16 is the top half of an f32: a shift, which vectorises (NaN payloads survive); compiled
+/// for the CPU's vector width (the caller, generic over the element type, is not): a bf16 row
+/// of 151 936 in L2 measured 36 → 31 µs on the Intel Xeon (criterion, builds alternated).
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
+fn widen_bf16(src: &[bf16], dst: &mut [f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = f32::from_bits((s.to_bits() as u32) << 16);
+    }
 }
 
 impl Logit for f16 {
