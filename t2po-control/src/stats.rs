@@ -8,15 +8,15 @@
 //! software-pipelined: the exp pass over chunk k (already in L1) runs in the same loop as the
 //! max scan of chunk k + 1, so the loads from memory overlap the arithmetic. Top-j keeps the j
 //! largest values in a fixed sorted buffer; 64-blocks whose max is below the j-th value held
-//! when their chunk began are skipped (on AVX-512F the others are inserted by vector
-//! operations with the buffer in registers: no walk, no branch per entry). NaN and `+inf` poison the sums (NaN propagates through
-//! the exp pass), which is checked once per row; only then is the row scanned for the offending
-//! index.
+//! when their chunk began, or below a floor the first chunk sets, are skipped (on AVX-512F the
+//! others are inserted by vector operations with the buffer in registers: no walk, no branch
+//! per entry). NaN and `+inf` poison the sums (NaN propagates through the exp pass), which is
+//! checked once per row; only then is the row scanned for the offending index.
 //! On CPUs with AVX-512F the exp pass is explicit AVX-512 code (a 32-entry `2^(i/32)` table in
 //! two registers, a degree-2 polynomial, `vscalefps`: 12 vector operations per 16 entries with
 //! the subtraction, the range mask and both sums, where the portable form takes 14) and
-//! touches the row one chunk beyond the one being scanned, one load per cache line, so the misses of a row streamed from L3 overlap the
-//! arithmetic; elsewhere the portable form below.
+//! touches the row one chunk beyond the one being scanned, one load per cache line, so the
+//! misses of a row streamed from L3 overlap the arithmetic; elsewhere the portable form below.
 //! Error bound (f32 rows): `exp` by Cody–Waite and a degree-5 minimax polynomial (≤ 6.5e-7
 //! relative; the AVX-512 form ≤ 6e-7, seen 4.6e-7), lane sums of ≤ 64 terms in f32 then f64,
 //! entries equal to the max counted exactly:
@@ -638,7 +638,10 @@ fn sums(xs: &[f32], m: f32, has_max: bool) -> (f32, f32, f32) {
         } else {
             x512::last_sums::<false>(xs, m)
         },
-        _ => portable_sums(multiversion::target::target_cfg_f!(target_feature = "fma"), xs, m, has_max),
+        _ => {
+            let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
+            portable_sums(fma, xs, m, has_max)
+        },
     }
 }
 
@@ -960,11 +963,11 @@ mod x512 {
         top.len = len;
     }
 
-    /// [`TopJ::insert`] of `x` (broadcast) into the held vectors: lane by
-    /// lane the old value where it is `≥ x`, else `x` where the lane before it is `≥ x`, else
-    /// the lane before it — the values below `x` shift one place, `x` fills the gap. The same
-    /// values in the same places as the walk (ties: `x` after the held values equal to it);
-    /// the lanes from `j` on take whatever shifts in and are never read.
+    /// [`TopJ::insert`] of `x` (broadcast) into the held vectors: lane by lane the old value
+    /// where it is `≥ x`, else `x` where the lane before it is `≥ x`, else the lane before it —
+    /// the values below `x` shift one place, `x` fills the gap. The same values in the same
+    /// places as the walk (ties: `x` after the held values equal to it); the lanes from `j` on
+    /// take whatever shifts in and are never read.
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn insert<const NV: usize>(held: &mut [__m512; NV], x: __m512) {
