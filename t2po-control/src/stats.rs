@@ -465,6 +465,16 @@ impl Scan {
         }
     }
 
+    /// The whole scan of the chunk `xs` on its own (not interleaved with an exp pass): its max.
+    #[inline(always)]
+    fn run(xs: &[f32], top: &mut TopJ) -> f32 {
+        let mut sc = Self::new(top);
+        for block in xs.chunks_exact(BLOCK) {
+            sc.block(block);
+        }
+        sc.finish(xs, top)
+    }
+
     /// One full 64-block (at most `CHUNK / BLOCK` per chunk).
     #[inline(always)]
     fn block(&mut self, block: &[f32]) {
@@ -604,11 +614,7 @@ fn scan_first(xs: &[f32], top: &mut TopJ) -> f32 {
         let bound = best.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
         top.floor = bound.next_down();
     }
-    let mut sc = Scan::new(top);
-    for block in xs.chunks_exact(BLOCK) {
-        sc.block(block);
-    }
-    sc.finish(xs, top)
+    Scan::run(xs, top)
 }
 
 /// The max scan of one chunk after a chunk without finite entries.
@@ -618,11 +624,7 @@ fn scan_first(xs: &[f32], top: &mut TopJ) -> f32 {
     "x86_64+avx"
 ))]
 fn scan(xs: &[f32], top: &mut TopJ) -> f32 {
-    let mut sc = Scan::new(top);
-    for block in xs.chunks_exact(BLOCK) {
-        sc.block(block);
-    }
-    sc.finish(xs, top)
+    Scan::run(xs, top)
 }
 
 /// The exp pass of one chunk (the row's last).
@@ -702,7 +704,7 @@ fn sums_and_scan<T: Logit>(
                 ((count, es, ts), cmax)
             } else {
                 *careful = true;
-                let (es, ts) = x512::masked_sums(cur, m);
+                let (_, es, ts) = x512::last_sums::<false>(cur, m);
                 ((count, es, ts), cmax)
             }
         },
@@ -984,8 +986,12 @@ mod x512 {
         }
     }
 
-    /// [`super::sums`] on AVX-512F: the exp pass of the row's last chunk (any length), with
-    /// the range mask; the partial last vector is padded with `−inf` (which the mask drops).
+    /// The exp pass with the range mask, for a chunk of any length: [`super::sums`] on
+    /// AVX-512F (the row's last chunk), and the redo of a chunk whose unmasked sums came out
+    /// non-finite. The partial last vector is padded with `−inf` (which the mask drops).
+    /// `#[inline]`, not `inline(never)`: like the rest of this module it must only be compiled
+    /// where a dispatch arm uses it (a bare-metal build without AVX-512 dispatch cannot lower
+    /// it).
     #[inline]
     #[target_feature(enable = "avx512f")]
     pub(super) fn last_sums<const HAS_MAX: bool>(xs: &[f32], m: f32) -> (f32, f32, f32) {
@@ -1011,26 +1017,6 @@ mod x512 {
             _mm512_reduce_add_ps(_mm512_add_ps(e0, e1)),
             _mm512_reduce_add_ps(_mm512_add_ps(t0, t1)),
         )
-    }
-
-    /// `(Σ e^(x−m), Σ e^(x−m)(x−m))` of the full chunk `cur` with the range mask, for a chunk
-    /// whose unmasked sums came out non-finite (cold). `#[inline]`, not `inline(never)`: like
-    /// the rest of this module it must only be compiled where a dispatch arm uses it (a
-    /// bare-metal build without AVX-512 dispatch cannot lower it).
-    #[cold]
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn masked_sums(cur: &[f32], m: f32) -> (f32, f32) {
-        let (tab, mv) = (table(), _mm512_set1_ps(m));
-        let (mut e, mut t, mut n) = (
-            _mm512_setzero_ps(),
-            _mm512_setzero_ps(),
-            _mm512_setzero_si512(),
-        );
-        for v in cur.chunks_exact(16) {
-            lane::<false, true>(load(v), mv, tab, &mut e, &mut t, &mut n);
-        }
-        (_mm512_reduce_add_ps(e), _mm512_reduce_add_ps(t))
     }
 
     /// `e^d` of 16 lanes by [`lane`] (for the accuracy tests), with or without the range mask.
