@@ -20,7 +20,7 @@
 //! constructor returning a [`Splits`] (train and held-out task sets from generated data).
 //!
 //! Every environment also has a built-in privileged [`Expert`] ([`WithExpert::expert`]) whose
-//! responses are full policy responses (`<think>…</think><action>…</action>`, or Search QA's
+//! responses are full policy responses (`<think>…</think>\n<action>…</action>`, or Search QA's
 //! `<search>`/`<answer>`), usable as cold-start demonstrations; [`run_episode`] is the one
 //! respond → project → step loop for experts, tests, benchmarks and simple evaluation.
 
@@ -315,16 +315,20 @@ pub fn is_strict_format(response: &str, tags: &[&str]) -> bool {
     })
 }
 
-/// `<think>{think}</think><{tag}>{body}</{tag}>`, with the rationale cleaned so the response
+/// `<think>{think}</think>\n<{tag}>{body}</{tag}>`, with the rationale cleaned so the response
 /// stays in the strict format and valid under every projection: no `<`/`>` (a product title
 /// or a passage could hold a tag-like string) and no CJK characters (which the WebShop and
 /// ALFWorld projections reject).
+///
+/// The newline between the blocks is the one T²PO's thinking intervention forces (its queue is
+/// `</think>`, `\n`, then the action tag: T2PO-RULES §2), so a response the intervention ends
+/// reads like the demonstrations the policy was fine-tuned on.
 pub fn format_response(think: &str, tag: &str, body: &str) -> String {
     let clean: String = think
         .chars()
         .filter(|c| !matches!(c, '<' | '>') && !('\u{4e00}'..='\u{9fff}').contains(c))
         .collect();
-    format!("<think>{}</think><{tag}>{body}</{tag}>", clean.trim())
+    format!("<think>{}</think>\n<{tag}>{body}</{tag}>", clean.trim())
 }
 
 #[cfg(test)]
@@ -411,7 +415,7 @@ mod tests {
     #[test]
     fn response_rationale_is_cleaned() {
         let r = format_response(" a <b> 先 c ", "action", "look");
-        assert_eq!(r, "<think>a b  c</think><action>look</action>");
+        assert_eq!(r, "<think>a b  c</think>\n<action>look</action>");
         assert!(is_strict_format(&r, &["action"]));
     }
 }

@@ -331,8 +331,11 @@ fn generated_splits_and_expert_wording() {
             "{:?}",
             c.steps[1].prompt
         );
+        // The forced queue's newline after </think>, and the query between spaces as the
+        // Search-R1 / verl-agent prompts write it.
         assert!(
-            a.steps[0].response.contains("</think><search>"),
+            a.steps[0].response.contains("</think>\n<search> ")
+                && a.steps[0].response.ends_with(" </search>"),
             "{}",
             a.steps[0].response
         );

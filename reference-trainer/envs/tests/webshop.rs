@@ -305,7 +305,7 @@ fn expert_responses_are_full_and_varied() {
     assert_eq!(actions(&a), actions(&b));
     let first = &a.steps[0].response;
     assert!(
-        first.starts_with("<think>") && first.contains("</think><action>search["),
+        first.starts_with("<think>") && first.contains("</think>\n<action>search["),
         "{first}"
     );
     // The rationale names what the instruction asks for.

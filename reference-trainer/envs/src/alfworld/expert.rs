@@ -5,7 +5,7 @@
 //! receptacles as a fallback), opening closed receptacles on the way. It works only from the
 //! observations, the admissible commands and the task parameters.
 //!
-//! Each response is a full policy response, `<think>…</think><action>…</action>` (strict
+//! Each response is a full policy response, `<think>…</think>\n<action>…</action>` (strict
 //! format, valid under [`super::project`]), the cold-start demonstration data. The rationale
 //! states the sub-goal of the plan the command serves, from what the expert has seen, with the
 //! wording and optional sentences chosen by the expert's seeded generator:

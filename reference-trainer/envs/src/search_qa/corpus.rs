@@ -363,13 +363,28 @@ impl World {
     }
 
     /// `count` questions for each dataset role, from `seed`: single-hop for the general roles,
-    /// bridge and comparison for the multi-hop ones.
+    /// bridge and comparison for the multi-hop ones, about any entity.
     pub fn questions(&self, seed: u64, count: usize) -> Vec<Question> {
+        self.questions_about(seed, count, Subjects::All)
+    }
+
+    /// [`questions`](Self::questions) whose subjects (the entities a question names) are all in
+    /// `subjects`: the training and held-out splits ask about disjoint entities, so a held-out
+    /// question is answered by the search skill, not by a fact remembered from training (every
+    /// passage stays in the corpus for both). A world too small to have any admitted subject
+    /// gives fewer questions (none).
+    pub fn questions_about(&self, seed: u64, count: usize, subjects: Subjects) -> Vec<Question> {
         let mut rng = Rng::new(seed ^ 0x5EA7_C400);
+        let mut ask = Asker {
+            world: self,
+            subjects,
+        };
         let mut out = Vec::new();
         for source in GENERAL_SOURCES {
             for i in 0..count {
-                let (question, golden) = self.single_hop(&mut rng);
+                let Some((question, golden)) = ask.single_hop(&mut rng) else {
+                    break;
+                };
                 out.push(Question {
                     id: format!("{source}_{i}"),
                     question,
@@ -381,7 +396,9 @@ impl World {
         }
         for source in MULTI_HOP_SOURCES {
             for i in 0..count {
-                let (question, golden, kind) = self.multi_hop(&mut rng);
+                let Some((question, golden, kind)) = ask.multi_hop(&mut rng) else {
+                    break;
+                };
                 out.push(Question {
                     id: format!("{source}_{i}"),
                     question,
@@ -393,98 +410,179 @@ impl World {
         }
         out
     }
+}
 
-    fn single_hop(&self, rng: &mut Rng) -> (String, Vec<String>) {
+/// Which entities questions may name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subjects {
+    /// Any entity.
+    All,
+    /// The training part: every entity but the held-out ones.
+    Train,
+    /// The held-out part: one entity in [`HELD_OUT_EVERY`] of each kind (every country, city,
+    /// company and person whose index is `HELD_OUT_EVERY − 1` modulo it).
+    HeldOut,
+}
+
+/// One entity in this many (of each kind) is a held-out subject.
+pub const HELD_OUT_EVERY: usize = 8;
+
+impl Subjects {
+    fn admits(self, index: usize) -> bool {
+        let held_out = index % HELD_OUT_EVERY == HELD_OUT_EVERY - 1;
+        match self {
+            Subjects::All => true,
+            Subjects::Train => !held_out,
+            Subjects::HeldOut => held_out,
+        }
+    }
+}
+
+/// Draws questions about the admitted subjects of a world.
+struct Asker<'a> {
+    world: &'a World,
+    subjects: Subjects,
+}
+
+impl Asker<'_> {
+    /// A uniformly drawn admitted index below `n` (`None` when there is none).
+    fn pick(&self, rng: &mut Rng, n: usize) -> Option<usize> {
+        if n == 0 || (n < HELD_OUT_EVERY && self.subjects == Subjects::HeldOut) {
+            return None;
+        }
         loop {
-            match rng.below(5) {
-                0 if !self.people.is_empty() => {
-                    let p = &self.people[rng.below(self.people.len())];
-                    return (
-                        format!("Where was {} born?", p.name()),
-                        vec![self.cities[p.city].name.clone()],
-                    );
-                }
-                1 if !self.people.is_empty() => {
-                    let p = &self.people[rng.below(self.people.len())];
-                    return (
-                        format!("In which year was {} born?", p.name()),
-                        vec![p.born.to_string()],
-                    );
-                }
-                2 if !self.companies.is_empty() => {
-                    let c = &self.companies[rng.below(self.companies.len())];
-                    if let Some(f) = self.people.get(c.founder) {
-                        return (format!("Who founded {}?", c.name), f.aliases());
-                    }
-                }
-                3 => {
-                    let c = &self.countries[rng.below(self.countries.len())];
-                    return (
-                        format!("What is the capital of {}?", c.name),
-                        vec![self.cities[c.capital].name.clone()],
-                    );
-                }
-                _ => {
-                    let c = rng.below(self.cities.len());
-                    return (
-                        format!("In which country is {}?", self.cities[c].name),
-                        self.country_answers(self.cities[c].country),
-                    );
-                }
+            let i = rng.below(n);
+            if self.subjects.admits(i) {
+                return Some(i);
             }
         }
     }
 
-    fn multi_hop(&self, rng: &mut Rng) -> (String, Vec<String>, &'static str) {
-        loop {
+    /// A single-hop question about an admitted subject; `None` after many draws found none.
+    fn single_hop(&mut self, rng: &mut Rng) -> Option<(String, Vec<String>)> {
+        let w = self.world;
+        for _ in 0..MAX_DRAWS {
+            match rng.below(5) {
+                0 if !w.people.is_empty() => {
+                    let Some(i) = self.pick(rng, w.people.len()) else {
+                        continue;
+                    };
+                    let p = &w.people[i];
+                    return Some((
+                        format!("Where was {} born?", p.name()),
+                        vec![w.cities[p.city].name.clone()],
+                    ));
+                }
+                1 if !w.people.is_empty() => {
+                    let Some(i) = self.pick(rng, w.people.len()) else {
+                        continue;
+                    };
+                    let p = &w.people[i];
+                    return Some((
+                        format!("In which year was {} born?", p.name()),
+                        vec![p.born.to_string()],
+                    ));
+                }
+                2 if !w.companies.is_empty() => {
+                    let Some(i) = self.pick(rng, w.companies.len()) else {
+                        continue;
+                    };
+                    let c = &w.companies[i];
+                    if let Some(f) = w.people.get(c.founder) {
+                        return Some((format!("Who founded {}?", c.name), f.aliases()));
+                    }
+                }
+                3 => {
+                    let Some(i) = self.pick(rng, w.countries.len()) else {
+                        continue;
+                    };
+                    let c = &w.countries[i];
+                    return Some((
+                        format!("What is the capital of {}?", c.name),
+                        vec![w.cities[c.capital].name.clone()],
+                    ));
+                }
+                _ => {
+                    let Some(c) = self.pick(rng, w.cities.len()) else {
+                        continue;
+                    };
+                    return Some((
+                        format!("In which country is {}?", w.cities[c].name),
+                        w.country_answers(w.cities[c].country),
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// A bridge or comparison question about admitted subjects; `None` after many draws found
+    /// none.
+    fn multi_hop(&mut self, rng: &mut Rng) -> Option<(String, Vec<String>, &'static str)> {
+        let w = self.world;
+        for _ in 0..MAX_DRAWS {
             match rng.below(3) {
-                0 if !self.people.is_empty() => {
-                    let p = &self.people[rng.below(self.people.len())];
-                    return (
+                0 if !w.people.is_empty() => {
+                    let Some(i) = self.pick(rng, w.people.len()) else {
+                        continue;
+                    };
+                    let p = &w.people[i];
+                    return Some((
                         format!("In which country was {} born?", p.name()),
-                        self.country_answers(self.cities[p.city].country),
+                        w.country_answers(w.cities[p.city].country),
                         "bridge",
-                    );
+                    ));
                 }
                 1 => {
-                    let with_employer: Vec<&Person> = self
+                    let subjects = self.subjects;
+                    let with_employer: Vec<&Person> = w
                         .people
                         .iter()
-                        .filter(|p| p.employer.is_some())
+                        .enumerate()
+                        .filter(|(i, p)| p.employer.is_some() && subjects.admits(*i))
+                        .map(|(_, p)| p)
                         .take(4096)
                         .collect();
                     if with_employer.is_empty() {
                         continue;
                     }
                     let p = with_employer[rng.below(with_employer.len())];
-                    let c = &self.companies[p.employer.unwrap_or(0)];
-                    if let Some(f) = self.people.get(c.founder) {
-                        return (
+                    let c = &w.companies[p.employer.unwrap_or(0)];
+                    if let Some(f) = w.people.get(c.founder) {
+                        return Some((
                             format!("Who founded the company that {} worked for?", p.name()),
                             f.aliases(),
                             "bridge",
-                        );
+                        ));
                     }
                 }
-                _ if self.people.len() >= 2 => {
-                    let a = rng.below(self.people.len());
-                    let b = rng.below(self.people.len());
-                    let (pa, pb) = (&self.people[a], &self.people[b]);
+                _ if w.people.len() >= 2 => {
+                    let (Some(a), Some(b)) = (
+                        self.pick(rng, w.people.len()),
+                        self.pick(rng, w.people.len()),
+                    ) else {
+                        continue;
+                    };
+                    let (pa, pb) = (&w.people[a], &w.people[b]);
                     if a == b || pa.born == pb.born {
                         continue;
                     }
                     let older = if pa.born < pb.born { pa } else { pb };
-                    return (
+                    return Some((
                         format!("Who was born first, {} or {}?", pa.name(), pb.name()),
                         older.aliases(),
                         "comparison",
-                    );
+                    ));
                 }
                 _ => continue,
             }
         }
+        None
     }
 }
+
+/// Draws a question generator makes before it gives up on a world with no admitted subject.
+const MAX_DRAWS: usize = 100_000;
 
 /// Writes JSON lines to `path` through a temp file renamed into place when complete.
 fn write_jsonl<T: Serialize>(path: &Path, items: &[T]) -> Result<(), LoadError> {
@@ -667,5 +765,96 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert!(names.iter().all(|n| !n.contains(".tmp-")), "{names:?}");
+    }
+}
+
+#[cfg(test)]
+mod subject_tests {
+    use super::*;
+
+    /// `text` with every non-alphanumeric character a space, padded: whole names are then
+    /// found as `" name "`.
+    fn words(text: &str) -> String {
+        let t: String = text
+            .chars()
+            .map(|c| if c.is_alphanumeric() { c } else { ' ' })
+            .collect();
+        format!(" {} ", t.split_whitespace().collect::<Vec<_>>().join(" "))
+    }
+
+    #[test]
+    fn train_and_held_out_questions_ask_about_disjoint_entities() {
+        let world = World::generate(3, 2000);
+        let held = |i: usize| Subjects::HeldOut.admits(i);
+        // The held-out subjects' names: people (full name), companies, countries, cities.
+        let mut held_names: Vec<String> = Vec::new();
+        held_names.extend(
+            world
+                .people
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| held(*i))
+                .map(|(_, p)| p.name()),
+        );
+        let named: [Vec<String>; 3] = [
+            world.companies.iter().map(|c| c.name.clone()).collect(),
+            world.countries.iter().map(|c| c.name.clone()).collect(),
+            world.cities.iter().map(|c| c.name.clone()).collect(),
+        ];
+        for names in named {
+            held_names.extend(
+                names
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| held(*i))
+                    .map(|(_, s)| s),
+            );
+        }
+        let train = world.questions_about(11, 300, Subjects::Train);
+        let test = world.questions_about(!11, 40, Subjects::HeldOut);
+        assert_eq!(train.len(), 7 * 300);
+        assert_eq!(test.len(), 7 * 40);
+        // Every held-out question names a held-out subject …
+        for q in &test {
+            let w = words(&q.question);
+            assert!(
+                held_names.iter().any(|n| w.contains(&words(n))),
+                "{}",
+                q.question
+            );
+        }
+        // … and no training question names one as its subject (answers may still be held-out
+        // entities: the founder of a training company, the capital of a training country).
+        let subject = |q: &str| -> String {
+            for pre in [
+                "Where was ",
+                "In which year was ",
+                "Who founded the company that ",
+                "Who founded ",
+                "What is the capital of ",
+                "In which country is ",
+                "In which country was ",
+                "Who was born first, ",
+            ] {
+                if let Some(r) = q.strip_prefix(pre) {
+                    return r.to_string();
+                }
+            }
+            panic!("unknown question form: {q}");
+        };
+        for q in &train {
+            let w = words(&subject(&q.question));
+            for n in &held_names {
+                assert!(!w.contains(&words(n)), "{} names held-out {n}", q.question);
+            }
+        }
+        // `All` keeps the draws of the original generator.
+        assert_eq!(
+            world.questions(5, 3),
+            world.questions_about(5, 3, Subjects::All)
+        );
+        // A world too small to hold a held-out subject gives no held-out questions.
+        let tiny = World::generate(1, 10);
+        assert!(tiny.questions_about(1, 2, Subjects::HeldOut).is_empty());
     }
 }

@@ -4,8 +4,8 @@
 //! and comparison questions, and answers. It proves generated questions answerable and writes
 //! cold-start demonstrations.
 //!
-//! Each response is a full policy response, `<think>…</think><search>…</search>` or
-//! `<think>…</think><answer>…</answer>` (strict format, valid under [`super::project`]). The
+//! Each response is a full policy response, `<think>…</think>\n<search> … </search>` or
+//! `<think>…</think>\n<answer> … </answer>` (strict format, valid under [`super::project`]). The
 //! rationale says what is known so far and what must be looked up next, with the wording and
 //! optional sentences chosen by the expert's seeded generator:
 //!
@@ -186,8 +186,12 @@ impl ExpertSession {
             })
     }
 
+    /// Query and answer bodies are written with a space on each side, as the Search-R1 and
+    /// verl-agent prompts show them (`<search> query </search>`, `<answer> Beijing </answer>`):
+    /// the name then starts with the same space-led token as in the question or passage it is
+    /// copied from (the projection strips the spaces).
     fn search(&mut self, think: String, query: &str) -> String {
-        format_response(&think, "search", query)
+        format_response(&think, "search", &format!(" {query} "))
     }
 
     /// An answer response; `conclude` may add "So the answer is …" (not after a comparison,
@@ -196,7 +200,7 @@ impl ExpertSession {
         if conclude && answer != "unknown" && self.rng.chance(0.5) {
             think.push_str(&format!(" So the answer is {answer}."));
         }
-        format_response(&think, "answer", answer)
+        format_response(&think, "answer", &format!(" {answer} "))
     }
 
     /// "The passage about E says the F is V." in one of a few wordings.
@@ -226,7 +230,7 @@ impl ExpertSession {
             return format_response(
                 "I do not recognise this question's form, so I cannot look it up.",
                 "answer",
-                "unknown",
+                " unknown ",
             );
         };
         match (plan, stage) {

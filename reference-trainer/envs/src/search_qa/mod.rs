@@ -14,7 +14,7 @@ pub mod server;
 
 use crate::error::EnvError;
 use crate::{Env, HistoryEntry, Info, Observation, Projected, Splits, Transition, WithExpert};
-use corpus::{Question, World};
+use corpus::{Question, Subjects, World};
 use em::AnswerScope;
 use expert::ExpertSession;
 use regex::Regex;
@@ -230,8 +230,9 @@ impl SearchQaEnv {
     /// `retriever` (an index of `world.passages`). As in Search-R1, train is the NQ and HotpotQA
     /// roles only (`train_per_source` questions of each, ids prefixed `train_`, from `seed`);
     /// held out is every role of the evaluation, the three general (single-hop) and the four
-    /// multi-hop ones (`held_out_per_source` each, from the seed `!seed`, so the two sets are
-    /// drawn independently; over a small world the same fact can still be asked in both).
+    /// multi-hop ones (`held_out_per_source` each, from the seed `!seed`). The two sets ask
+    /// about disjoint entities ([`Subjects`]: one in [`corpus::HELD_OUT_EVERY`] of each kind is
+    /// held out), so a held-out question needs the search skill, never a remembered fact.
     pub fn generated_splits(
         world: &World,
         retriever: Arc<dyn Retriever>,
@@ -240,7 +241,7 @@ impl SearchQaEnv {
         seed: u64,
     ) -> Result<Splits<Self>, EnvError> {
         let train: Vec<Question> = world
-            .questions(seed, train_per_source)
+            .questions_about(seed, train_per_source, Subjects::Train)
             .into_iter()
             .filter(|q| q.data_source == "nq" || q.data_source == "hotpotqa")
             .map(|q| Question {
@@ -248,7 +249,7 @@ impl SearchQaEnv {
                 ..q
             })
             .collect();
-        let held_out = world.questions(!seed, held_out_per_source);
+        let held_out = world.questions_about(!seed, held_out_per_source, Subjects::HeldOut);
         Ok(Splits {
             train: Self::new(train, retriever.clone())?,
             held_out: Self::new(held_out, retriever)?,

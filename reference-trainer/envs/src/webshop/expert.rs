@@ -3,7 +3,7 @@
 //! instruction's words, pages through the results for the target, falls back to searching the
 //! target's title, opens it, clicks the goal's option values and buys.
 //!
-//! Each response is a full policy response, `<think>…</think><action>…</action>` (strict
+//! Each response is a full policy response, `<think>…</think>\n<action>…</action>` (strict
 //! format, valid under [`super::project`]), the cold-start demonstration data. The rationale is
 //! built from what the page shows and what the instruction asks, with the wording and the
 //! optional sentences chosen by the expert's seeded generator:
@@ -149,7 +149,7 @@ impl WebshopExpert {
         self.decide(session, catalog, goal).0
     }
 
-    /// The full response (`<think>…</think><action>…</action>`) for the session.
+    /// The full response (`<think>…</think>\n<action>…</action>`) for the session.
     pub fn response(&mut self, session: &Session, catalog: &Catalog, goal: &Goal) -> String {
         let (action, why) = self.decide(session, catalog, goal);
         let think = self.think(&why, session, catalog, goal);
