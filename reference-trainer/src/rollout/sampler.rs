@@ -17,7 +17,9 @@ const OBSERVE_CHUNK: usize = 8;
 /// Temperature and nucleus sampling.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SamplingParams {
-    /// Softmax temperature (> 0).
+    /// Softmax temperature (≥ 0). 0 is greedy decoding (argmax, ties to the lowest id), as
+    /// verl validates (`val_kwargs.temperature = 0`, `do_sample = False`); its log-probs are
+    /// those of the untempered distribution (T = 1).
     pub temperature: f32,
     /// Nucleus mass in `(0, 1]`; 1 samples from the whole distribution.
     pub top_p: f32,
@@ -35,10 +37,13 @@ impl Default for SamplingParams {
 impl SamplingParams {
     /// Checks the ranges.
     pub fn validate(&self) -> Result<()> {
-        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
             return Err(Error::invalid(
                 "temperature",
-                format!("{}: must be a positive number", self.temperature),
+                format!(
+                    "{}: must be a number ≥ 0 (0: greedy decoding)",
+                    self.temperature
+                ),
             ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
@@ -275,24 +280,51 @@ impl Sampler {
     }
 }
 
+/// `1 / T`, and 1 for greedy decoding (its log-probs are of the untempered distribution).
+fn inverse_temperature(params: &SamplingParams) -> f32 {
+    if params.temperature > 0.0 {
+        1.0 / params.temperature
+    } else {
+        1.0
+    }
+}
+
+/// The first index of the row's largest entry (NaN entries are never picked).
+fn argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &v) in row.iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best
+}
+
 /// `log softmax(row / T)[token]`.
 fn log_prob(params: &SamplingParams, sc: &mut RowScratch, row: &[f32], token: u32) -> f32 {
-    let inv_t = 1.0 / params.temperature;
+    let inv_t = inverse_temperature(params);
     let (max, total) = sc.exp_pass(row, inv_t);
     ((row[token as usize] - max) * inv_t) - total.ln() as f32
 }
 
 /// One draw from `softmax(row / T)` restricted to the top-p nucleus, with its log-prob
-/// under the full tempered distribution.
+/// under the full tempered distribution; at `T = 0` the argmax (the generator is still
+/// advanced, so a row's later draws do not depend on the temperature of earlier ones).
 fn draw(
     params: &SamplingParams,
     sc: &mut RowScratch,
     row: &[f32],
     rng: &mut ChaCha12Rng,
 ) -> (u32, f32) {
-    let inv_t = 1.0 / params.temperature;
+    let inv_t = inverse_temperature(params);
     let (max, total) = sc.exp_pass(row, inv_t);
     let u: f64 = rng.random::<f64>();
+    if params.temperature == 0.0 {
+        let token = argmax(row);
+        return (token as u32, (row[token] - max) - total.ln() as f32);
+    }
     let probs = &sc.probs;
     let token = if params.top_p >= 1.0 {
         // The first entry whose cumulative mass exceeds u·total: whole blocks by their sums,
@@ -511,13 +543,43 @@ mod tests {
     }
 
     #[test]
-    fn bad_parameters_are_named() {
-        let e = Sampler::new(SamplingParams {
+    fn temperature_zero_is_greedy_with_untempered_log_probs() {
+        let params = SamplingParams {
             temperature: 0.0,
             top_p: 1.0,
-        })
-        .unwrap_err();
-        assert!(e.to_string().contains("temperature"));
+        };
+        Sampler::new(params).unwrap();
+        let mut rng = ChaCha12Rng::seed_from_u64(9);
+        // The largest entry wins wherever it sits (first block, a later block, the partial
+        // tail), ties go to the lowest id, masked entries never win.
+        for (at, len) in [(0usize, 10usize), (70, 200), (199, 200), (130, 131)] {
+            let mut row: Vec<f32> = (0..len).map(|i| ((i * 37) % 11) as f32 * 0.1).collect();
+            row[at] = 5.0;
+            if at + 1 < len {
+                row[at + 1] = f32::NEG_INFINITY;
+            }
+            for _ in 0..20 {
+                let (tok, lp) = draw(&params, &mut RowScratch::default(), &row, &mut rng);
+                assert_eq!(tok as usize, at);
+                let want = softmax64(&row, 1.0)[at].ln();
+                assert!((lp as f64 - want).abs() < 1e-5, "{lp} vs {want}");
+            }
+        }
+        let tied = [1.0f32, 3.0, 3.0, -1.0];
+        let (tok, _) = draw(&params, &mut RowScratch::default(), &tied, &mut rng);
+        assert_eq!(tok, 1);
+    }
+
+    #[test]
+    fn bad_parameters_are_named() {
+        for t in [-0.5f32, f32::NAN, f32::INFINITY] {
+            let e = Sampler::new(SamplingParams {
+                temperature: t,
+                top_p: 1.0,
+            })
+            .unwrap_err();
+            assert!(e.to_string().contains("temperature"), "{t}");
+        }
         let e = Sampler::new(SamplingParams {
             temperature: 1.0,
             top_p: 1.5,

@@ -27,6 +27,10 @@ pub struct AdamWConfig {
     pub grad_clip: f64,
     /// Steps of linear warm-up from 0 to `lr`.
     pub warmup_steps: u64,
+    /// Steps of cosine decay from `lr` to `final_lr` after the warm-up (0: constant `lr`).
+    pub decay_steps: u64,
+    /// The rate the cosine decay ends at (and stays at after it).
+    pub final_lr: f64,
 }
 
 impl Default for AdamWConfig {
@@ -39,6 +43,8 @@ impl Default for AdamWConfig {
             weight_decay: 0.01,
             grad_clip: 1.0,
             warmup_steps: 0,
+            decay_steps: 0,
+            final_lr: 0.0,
         }
     }
 }
@@ -91,16 +97,33 @@ impl AdamWConfig {
             self.grad_clip.is_finite() && self.grad_clip >= 0.0,
             "must be ≥ 0 (0 = off)",
             self.grad_clip,
+        )?;
+        check(
+            "final_lr",
+            self.decay_steps == 0
+                || (self.final_lr.is_finite() && self.final_lr >= 0.0 && self.final_lr <= self.lr),
+            "must be in [0, lr] when decay_steps > 0",
+            self.final_lr,
         )
     }
 
-    /// The learning rate at optimizer step `step` (0-based): linear warm-up, then constant.
+    /// The learning rate at optimizer step `step` (0-based): linear warm-up to `lr` over
+    /// `warmup_steps`, then a half cosine from `lr` to `final_lr` over `decay_steps` (the
+    /// schedule of `transformers`' `get_cosine_schedule_with_warmup` with a floor), then
+    /// `final_lr`; constant `lr` after the warm-up when `decay_steps` is 0.
     pub fn lr_at(&self, step: u64) -> f64 {
-        if self.warmup_steps == 0 || step >= self.warmup_steps {
-            self.lr
-        } else {
-            self.lr * (step + 1) as f64 / self.warmup_steps as f64
+        if step < self.warmup_steps {
+            return self.lr * (step + 1) as f64 / self.warmup_steps as f64;
         }
+        if self.decay_steps == 0 {
+            return self.lr;
+        }
+        let t = (step - self.warmup_steps) as f64 / self.decay_steps as f64;
+        if t >= 1.0 {
+            return self.final_lr;
+        }
+        let cos = 0.5 * (1.0 + (std::f64::consts::PI * t).cos());
+        self.final_lr + (self.lr - self.final_lr) * cos
     }
 }
 
@@ -563,6 +586,29 @@ mod tests {
         assert_eq!(cfg.lr_at(0), 0.025);
         assert_eq!(cfg.lr_at(3), 0.1);
         assert_eq!(cfg.lr_at(10), 0.1);
+        // Cosine to a floor after the warm-up: lr at its start, the midpoint halfway, the floor
+        // at its end and after (against the closed form in f64).
+        let cos = AdamWConfig {
+            decay_steps: 10,
+            final_lr: 0.01,
+            ..cfg
+        };
+        cos.validate().unwrap();
+        assert_eq!(cos.lr_at(3), 0.1);
+        assert_eq!(cos.lr_at(4), 0.1);
+        assert!((cos.lr_at(9) - 0.055).abs() < 1e-15, "{}", cos.lr_at(9));
+        for k in 0..10u64 {
+            let want = 0.01 + 0.09 * 0.5 * (1.0 + (std::f64::consts::PI * k as f64 / 10.0).cos());
+            assert!((cos.lr_at(4 + k) - want).abs() < 1e-15);
+            assert!(cos.lr_at(4 + k + 1) <= cos.lr_at(4 + k));
+        }
+        assert_eq!(cos.lr_at(14), 0.01);
+        assert_eq!(cos.lr_at(1000), 0.01);
+        let bad = AdamWConfig {
+            final_lr: 0.5,
+            ..cos
+        };
+        assert!(bad.validate().unwrap_err().to_string().contains("final_lr"));
         let mut opt = AdamW::new(cfg).unwrap();
         let r = opt.step(&p, &acc).unwrap();
         assert!((r.grad_norm - want).abs() < 1e-12);
