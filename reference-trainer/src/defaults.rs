@@ -10,7 +10,7 @@ use candle_core::{DType, Device};
 
 use crate::error::{Error, Result};
 use crate::model::{Qwen3, Qwen3Config};
-use crate::rollout::pool::{cache_dir, EnvKind, EnvPool, PoolSize, Split};
+use crate::rollout::pool::{cache_dir, encyclopedia, EnvKind, EnvPool, PoolSize, Split};
 use crate::tokenizer::{build_default, Tokenizer};
 
 /// The default seed of data, weights and sampling.
@@ -43,17 +43,12 @@ pub fn paper_max_response_tokens(env: EnvKind) -> usize {
 /// Prompt cap for a user's checkpoint (verl-agent's multi-turn runs use 2048–4096).
 pub const PAPER_MAX_PROMPT_TOKENS: usize = 4096;
 
-/// Generated data sizes of the default pools.
-pub fn pool_size(env: EnvKind) -> PoolSize {
-    let _ = env;
-    PoolSize {
-        products: 1000,
-        train_games: 400,
-        held_out_games: 60,
-        passages: 3000,
-        train_questions: 200,
-        held_out_questions: 10,
-    }
+/// Generated data sizes of the default pools: the `[data]` section of the environment's
+/// shipped config (`configs/<env>.toml`).
+pub fn pool_size(env: EnvKind) -> Result<PoolSize> {
+    Ok(crate::train::TrainConfig::default_for(env)?
+        .data
+        .pool_size())
 }
 
 /// The default model's config for a vocabulary of `vocab` ids.
@@ -66,12 +61,17 @@ pub fn model(tokenizer: &Tokenizer, seed: u64, device: &Device) -> Result<Qwen3>
     Qwen3::random(model_config(tokenizer.id_bound()), seed, DType::F32, device)
 }
 
+/// Expert episodes per environment in the default tokenizer's text.
+pub const TOKENIZER_EPISODES: usize = 400;
+
 /// The text the default tokenizer is trained on: for each environment, the chat-formatted
-/// prompts and the experts' full responses of `episodes` training episodes.
+/// prompts and the experts' full responses of `episodes` training episodes, and the Search QA
+/// retrieval corpus (every entity's passage, so the names of held-out questions are in it as a
+/// real tokenizer's training text holds the names of an encyclopedia).
 pub fn corpus(seed: u64, episodes: usize) -> Result<Vec<String>> {
-    let mut out = Vec::new();
+    let mut out = encyclopedia(seed, pool_size(EnvKind::Search)?.passages);
     for env in EnvKind::ALL {
-        let pool = EnvPool::generated(env, seed, pool_size(env))?;
+        let pool = EnvPool::generated(env, seed, pool_size(env)?)?;
         let n = pool.num_tasks(Split::Train).min(episodes);
         for task in 0..n {
             let ep = pool.expert_episode(Split::Train, task, seed ^ task as u64);
@@ -90,11 +90,12 @@ pub fn corpus(seed: u64, episodes: usize) -> Result<Vec<String>> {
 
 /// The default tokenizer for `seed`: loaded from the cache, or trained on [`corpus`] and cached.
 pub fn tokenizer(seed: u64) -> Result<Tokenizer> {
-    let dir = cache_dir().join(format!("default-tokenizer-v1-seed{seed}-vocab{VOCAB}"));
+    let dir = cache_dir().join(format!("default-tokenizer-v2-seed{seed}-vocab{VOCAB}"));
     if let Ok(t) = Tokenizer::load(dir.join("tokenizer.json")) {
         return Ok(t);
     }
-    let tok = build_default(corpus(seed, 60)?, VOCAB)?.with_model_max_length(MAX_POSITIONS);
+    let tok = build_default(corpus(seed, TOKENIZER_EPISODES)?, VOCAB)?
+        .with_model_max_length(MAX_POSITIONS);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     tok.save(&dir)?;
     Ok(tok)

@@ -108,9 +108,6 @@ struct RunArgs {
     /// Override the config's seed.
     #[arg(long)]
     seed: Option<u64>,
-    /// Override the config's number of RL iterations.
-    #[arg(long)]
-    iterations: Option<usize>,
     /// The output folder (default: runs/<env>-seed<seed>).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -129,6 +126,9 @@ enum Command {
     Train {
         #[command(flatten)]
         run: RunArgs,
+        /// Override the config's number of RL iterations.
+        #[arg(long)]
+        iterations: Option<usize>,
         /// Continue the run in --out from its latest checkpoint.
         #[arg(long)]
         resume: bool,
@@ -178,12 +178,18 @@ enum Command {
         /// Where the model runs.
         #[arg(long, value_enum, default_value = "cpu")]
         device: DeviceArg,
+        /// Print the whole summary as JSON instead of the table.
+        #[arg(long)]
+        json: bool,
     },
     /// The paper's comparison at small scale: T²PO, GiGPO, GRPO, T²PO −TTI, T²PO −TDS with the
     /// same budget from the same cold start, over several seeds; prints a markdown table.
     Ablate {
         #[command(flatten)]
         run: RunArgs,
+        /// Override the config's number of RL iterations (per arm).
+        #[arg(long)]
+        iterations: Option<usize>,
         /// Seeds (the config's seed, +1, +2, …).
         #[arg(long, default_value_t = 3)]
         seeds: usize,
@@ -192,7 +198,7 @@ enum Command {
     /// think length, M_t summary, whether and why TTI fired, TDS tries, the action, the reward.
     Generate {
         /// The environment.
-        #[arg(long, value_enum, default_value = "webshop")]
+        #[arg(long, value_enum, default_value = "search")]
         env: EnvKind,
         /// A Hugging Face checkpoint folder (config.json, safetensors, tokenizer.json).
         #[arg(long)]
@@ -239,9 +245,26 @@ enum Command {
 fn main() {
     reference_trainer::tune_allocator();
     if let Err(e) = run() {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", chain(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes joined by `: `, leaving out a cause whose text the message already
+/// holds (many errors print their source in their own message: `{e:#}` would repeat it).
+fn chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn device_of(d: DeviceArg) -> Result<Device> {
@@ -257,7 +280,7 @@ fn env_given() -> bool {
     std::env::args().any(|a| a == "--env" || a.starts_with("--env="))
 }
 
-fn config_of(run: &RunArgs) -> Result<TrainConfig> {
+fn config_of(run: &RunArgs, iterations: Option<usize>) -> Result<TrainConfig> {
     let mut cfg = match &run.config {
         Some(path) => {
             let cfg = TrainConfig::load(path)?;
@@ -276,7 +299,7 @@ fn config_of(run: &RunArgs) -> Result<TrainConfig> {
     if let Some(s) = run.seed {
         cfg.seed = s;
     }
-    if let Some(n) = run.iterations {
+    if let Some(n) = iterations {
         cfg.train.iterations = n;
     }
     cfg.validate(std::path::Path::new("<command line>"))?;
@@ -300,10 +323,18 @@ fn finish(result: &RunResult, cfg: &TrainConfig) {
         )
     );
     println!();
-    println!(
-        "{} RL iterations, {:.1} s; metrics {}; table {}",
+    if let Some(v) = reference_trainer::train::run::verdict(
+        result.before.as_ref(),
+        result.after.as_ref(),
         result.iterations,
+    ) {
+        println!("{v}");
+        println!();
+    }
+    println!(
+        "the whole run took {:.1} s ({} RL iterations); metrics {}; table {}",
         result.seconds,
+        result.iterations,
         result.metrics.display(),
         result.results.display()
     );
@@ -319,12 +350,13 @@ fn run() -> Result<()> {
     match Cli::parse().command {
         Command::Train {
             run,
+            iterations,
             resume,
             init,
             no_cold_start,
             no_rl,
         } => {
-            let cfg = config_of(&run)?;
+            let cfg = config_of(&run, iterations)?;
             let out = out_of(&run, &cfg, "");
             let mut rep = CliReporter::new(run.quiet);
             let result = train(
@@ -334,7 +366,7 @@ fn run() -> Result<()> {
                     resume,
                     explicit_config: run.config.is_some()
                         || run.seed.is_some()
-                        || run.iterations.is_some(),
+                        || iterations.is_some(),
                     init,
                     device: device_of(run.device)?,
                     cold_start: !no_cold_start,
@@ -346,7 +378,7 @@ fn run() -> Result<()> {
             Ok(())
         }
         Command::Rft { run, init } => {
-            let cfg = config_of(&run)?;
+            let cfg = config_of(&run, None)?;
             let out = out_of(&run, &cfg, "-rft");
             let mut rep = CliReporter::new(run.quiet);
             let result = train(
@@ -375,7 +407,16 @@ fn run() -> Result<()> {
             episodes,
             seed,
             device,
+            json,
         } => {
+            if !ckpt.join(checkpoint::CONFIG).is_file() {
+                anyhow::bail!(
+                    "--checkpoint {}: not a checkpoint folder (no {} in it); a training run \
+                     keeps its checkpoints in RUN/checkpoints/iter-NNNNNN and RUN/cold-start",
+                    ckpt.display(),
+                    checkpoint::CONFIG
+                );
+            }
             let mut cfg = match &config {
                 Some(p) => TrainConfig::load(p)?,
                 // A training checkpoint carries its run's config: evaluated with it, it
@@ -423,22 +464,37 @@ fn run() -> Result<()> {
             let s = reference_trainer::train::run::evaluate_on(
                 &model, &tok, &pool, &cfg, split, &mut rep,
             )?;
-            println!("{}", serde_json::to_string_pretty(&s)?);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+                return Ok(());
+            }
+            let how = if cfg.train.eval_temperature == 0.0 {
+                "greedy".to_string()
+            } else {
+                format!("T = {}", cfg.train.eval_temperature)
+            };
             println!(
-                "| {} ({:?}, {} episodes) | success rate | task score | think tokens/turn | turns/episode |\n|---|---|---|---|---|\n| {} | {:.3} | {:.3} | {:.1} | {:.2} |",
+                "| {} ({:?}, {} episodes, {how}) | success rate | task score | format-valid turns | think tokens/turn | turns/episode | TTI fire rate | TDS resample rate |\n|---|---|---|---|---|---|---|---|\n| {} | {:.3} | {:.3} | {:.3} | {:.1} | {:.2} | {:.3} | {:.3} |",
                 cfg.env.as_str(),
                 split,
                 s.episodes,
                 ckpt.display(),
                 s.success_rate,
                 s.score,
+                s.format_valid_rate,
                 s.think_tokens_per_turn,
-                s.turns_per_episode
+                s.turns_per_episode,
+                s.tti_fire_rate,
+                s.tds_resample_rate
             );
             Ok(())
         }
-        Command::Ablate { run, seeds } => {
-            let cfg = config_of(&run)?;
+        Command::Ablate {
+            run,
+            iterations,
+            seeds,
+        } => {
+            let cfg = config_of(&run, iterations)?;
             let out = run.out.clone().unwrap_or_else(|| {
                 PathBuf::from("runs").join(format!("ablate-{}", cfg.env.as_str()))
             });
@@ -492,7 +548,7 @@ fn run() -> Result<()> {
                     (defaults::model(&tok, seed, &device)?, tok)
                 }
             };
-            let pool = EnvPool::generated(env, seed, defaults::pool_size(env))
+            let pool = EnvPool::generated(env, seed, defaults::pool_size(env)?)
                 .with_context(|| format!("building the {env:?} environments"))?;
             let n_tasks = pool.num_tasks(Split::Test);
             if task >= n_tasks {

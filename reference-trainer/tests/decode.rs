@@ -176,7 +176,7 @@ fn the_direct_decode_rolls_out_the_same_episodes_as_the_candle_decode() {
     let model = defaults::model(&tok, 7, &Device::Cpu).unwrap();
     assert!(model.fused());
     let env = EnvKind::Webshop;
-    let mut size = defaults::pool_size(env);
+    let mut size = defaults::pool_size(env).unwrap();
     size.products = 200;
     let pool = EnvPool::generated(env, 7, size).unwrap();
     let cfg = RolloutConfig {

@@ -29,7 +29,7 @@ fn the_default_rolls_out_on_every_environment_deterministically() {
         model.num_parameters()
     );
     for env in EnvKind::ALL {
-        let mut size = defaults::pool_size(env);
+        let mut size = defaults::pool_size(env).unwrap();
         size.products = 200;
         size.train_games = 8;
         size.held_out_games = 4;

@@ -32,6 +32,11 @@ fn tiny(env: EnvKind, iterations: usize) -> TrainConfig {
     c.control.min_len = 4;
     c.optim.micro_batch_tokens = 1024;
     c.optim.mini_batches = 2;
+    c.pretrain.passages = 6;
+    c.pretrain.seq_len = 32;
+    c.pretrain.batch_size = 4;
+    c.pretrain.warmup_steps = 1;
+    c.data.train_questions = c.data.train_questions.min(200);
     c.rft.demo_tasks = 3;
     c.rft.rounds = 1;
     c.rft.tasks = 2;
@@ -95,10 +100,19 @@ fn every_environment_trains_end_to_end() {
             .collect();
         assert_eq!(
             stages,
-            [("rft", 0), ("rft", 0), ("eval", 0), ("rl", 1), ("rl", 2)],
+            [
+                ("pretrain", 0),
+                ("rft", 0),
+                ("rft", 0),
+                ("eval", 0),
+                ("rl", 1),
+                ("rl", 2)
+            ],
             "{env:?}"
         );
-        let rl = &lines[4];
+        let pre = lines[0].update.as_ref().unwrap();
+        assert!(pre.steps > 0 && pre.loss.is_finite(), "{env:?}: {pre:?}");
+        let rl = &lines[5];
         let r = rl.rollout.as_ref().unwrap();
         assert_eq!(r.episodes, 4, "{env:?}");
         assert!(r.turns_per_episode >= 1.0);
@@ -113,12 +127,16 @@ fn every_environment_trains_end_to_end() {
         assert!(rl.eval.is_some(), "held-out evaluation at iteration 2");
         for p in [
             "success.png",
-            "score.png",
+            "format_valid.png",
             "think_tokens.png",
             "resample_rate.png",
         ] {
             let bytes = std::fs::read(out.join("plots").join(p)).unwrap();
             assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{p}");
+        }
+        // Search QA scores 0/1 like success: no second, identical chart.
+        if env == EnvKind::Search {
+            assert!(!out.join("plots").join("score.png").exists());
         }
         assert!(out.join("results.md").is_file());
         assert!(out.join("cold-start").join("model.safetensors").is_file());
@@ -128,7 +146,7 @@ fn every_environment_trains_end_to_end() {
         // the checkpoint carries) it reproduces the run's own held-out numbers.
         let ck = out.join("checkpoints").join("iter-000002");
         let stdout = ok(cli(cache.path())
-            .args(["eval", "--env", env.as_str(), "--checkpoint"])
+            .args(["eval", "--json", "--env", env.as_str(), "--checkpoint"])
             .arg(&ck)
             .output()
             .unwrap());

@@ -12,6 +12,6 @@ pub use episode::{
     rollout, ControlSwitches, EpisodeSpec, ProfileName, RolloutConfig, RolloutStats,
 };
 pub use policy::{CandleDecode, Policy, QwenCache};
-pub use pool::{EnvKind, EnvPool, Split};
+pub use pool::{encyclopedia, EnvKind, EnvPool, PoolSize, Split};
 pub use sampler::{Draw, Sampler, SamplingParams};
 pub use trajectory::{DiscardedTry, EpisodeRecord, Generation, TtiFire, TtiReason, TurnRecord};

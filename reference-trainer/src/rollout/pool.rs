@@ -140,6 +140,18 @@ pub fn cache_dir() -> PathBuf {
     }
 }
 
+/// The passages of a generated encyclopedia (the Search QA corpus generator's world for
+/// `seed`: countries, cities, companies and people, one passage each, `"Title"\ntext`), as
+/// plain text. With the environment's own seed it is that environment's retrieval corpus; with
+/// another seed, a world none of the environments' tasks is about.
+pub fn encyclopedia(seed: u64, passages: usize) -> Vec<String> {
+    World::generate(seed, passages)
+        .passages
+        .into_iter()
+        .map(|p| p.contents)
+        .collect()
+}
+
 impl EnvPool {
     /// A pool over generated data (deterministic in `seed`).
     pub fn generated(kind: EnvKind, seed: u64, size: PoolSize) -> Result<Self> {

@@ -182,10 +182,7 @@ pub fn ablate(
         y_label: "success rate".into(),
         series: arms
             .iter()
-            .map(|a| Series {
-                name: a.variant.name().into(),
-                points: mean_curve(&a.curves),
-            })
+            .map(|a| Series::new(a.variant.name(), mean_curve(&a.curves)))
             .collect(),
     };
     match write_png(&out.join("ablation_success.png"), &chart, 900, 520) {

@@ -15,7 +15,9 @@ use crate::algo::{
 };
 use crate::error::{Error, Result};
 use crate::model::Qwen3Config;
-use crate::rollout::{ControlSwitches, EnvKind, ProfileName, RolloutConfig, SamplingParams};
+use crate::rollout::{
+    ControlSwitches, EnvKind, PoolSize, ProfileName, RolloutConfig, SamplingParams,
+};
 use crate::tokenizer::ControlTokens;
 use crate::train::AdamWConfig;
 
@@ -38,6 +40,8 @@ pub struct TrainConfig {
     pub seed: u64,
     /// The random-initialised model (ignored when a checkpoint is given).
     pub model: ModelSection,
+    /// How much generated data the environment builds.
+    pub data: DataSection,
     /// Rollout shape.
     pub rollout: RolloutSection,
     /// TTI / TDS.
@@ -46,6 +50,8 @@ pub struct TrainConfig {
     pub algo: AlgoSection,
     /// AdamW and batching of the RL updates.
     pub optim: OptimSection,
+    /// Language modelling on a generated encyclopedia before the cold start.
+    pub pretrain: PretrainSection,
     /// The cold start.
     pub rft: RftSection,
     /// Iterations, evaluation and checkpoints.
@@ -68,6 +74,39 @@ pub struct ModelSection {
     pub num_key_value_heads: usize,
     /// Width of one head.
     pub head_dim: usize,
+}
+
+/// Sizes of the generated data (each environment reads its own keys; the others are checked
+/// and ignored, so one file shape serves the three).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSection {
+    /// WebShop: products in the catalog.
+    pub products: usize,
+    /// ALFWorld: training games.
+    pub train_games: usize,
+    /// ALFWorld: held-out (valid_unseen) games.
+    pub held_out_games: usize,
+    /// Search QA: passages in the corpus.
+    pub passages: usize,
+    /// Search QA: training questions per training source (nq, hotpotqa).
+    pub train_questions: usize,
+    /// Search QA: held-out questions per source (all seven).
+    pub held_out_questions: usize,
+}
+
+impl DataSection {
+    /// The pool size it describes.
+    pub fn pool_size(&self) -> PoolSize {
+        PoolSize {
+            products: self.products,
+            train_games: self.train_games,
+            held_out_games: self.held_out_games,
+            passages: self.passages,
+            train_questions: self.train_questions,
+            held_out_questions: self.held_out_questions,
+        }
+    }
 }
 
 /// Rollout shape.
@@ -176,6 +215,28 @@ pub struct OptimSection {
     pub micro_batch_tokens: usize,
 }
 
+/// Pretraining of the random-initialised default: next-token prediction on the passages of a
+/// generated encyclopedia about a world no task asks about (skipped for a checkpoint given with
+/// `--init`, which is already pretrained).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PretrainSection {
+    /// Passages in the encyclopedia (0: no pretraining).
+    pub passages: usize,
+    /// Tokens per training sequence (passages packed end to end, `<|endoftext|>` between).
+    pub seq_len: usize,
+    /// Sequences per optimizer step.
+    pub batch_size: usize,
+    /// Epochs over the sequences.
+    pub epochs: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Linear warm-up steps.
+    pub warmup_steps: u64,
+    /// The rate the cosine decay ends at.
+    pub final_lr: f64,
+}
+
 /// The cold start: SFT on the experts' demonstrations, then rejection sampling.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -186,8 +247,16 @@ pub struct RftSection {
     pub demo_epochs: usize,
     /// Demonstrations per optimizer step.
     pub batch_size: usize,
-    /// Learning rate of the cold start.
+    /// Weight of the prompt tokens' loss relative to the response's (0: responses only; see
+    /// [`crate::train::sft_step`]).
+    pub prompt_loss_weight: f64,
+    /// Peak learning rate of the cold start.
     pub lr: f64,
+    /// Linear warm-up steps of the demonstration SFT.
+    pub warmup_steps: u64,
+    /// The learning rate the demonstration SFT decays to (cosine, over its steps after the
+    /// warm-up); equal to `lr` for a constant rate. The rejection rounds run at this rate.
+    pub final_lr: f64,
     /// Rejection-sampling rounds (0: none).
     pub rounds: usize,
     /// Training tasks rolled out per round.
@@ -212,8 +281,10 @@ pub struct LoopSection {
     pub eval_tasks: usize,
     /// Episodes per held-out task.
     pub eval_episodes: usize,
-    /// Sampling temperature of evaluation.
+    /// Sampling temperature of evaluation: 0 is greedy (as verl validates), the headline figure.
     pub eval_temperature: f32,
+    /// Also evaluate at the rollout temperature (the sampled figure, logged beside it).
+    pub eval_sampled: bool,
     /// Write a checkpoint every this many iterations (and after the cold start and at the end).
     pub checkpoint_every: usize,
     /// Checkpoints kept on disk (the newest ones).
@@ -387,11 +458,52 @@ impl TrainConfig {
             64,
             1 << 26,
         )?;
+        let p = &self.pretrain;
+        c.int("pretrain.passages", p.passages, 0, 1 << 24)?;
+        c.int("pretrain.seq_len", p.seq_len, 2, 1 << 16)?;
+        c.int("pretrain.batch_size", p.batch_size, 1, 1 << 16)?;
+        c.int("pretrain.epochs", p.epochs, 1, 100)?;
+        c.real("pretrain.lr", p.lr, Open(0.0), Closed(1.0))?;
+        c.int("pretrain.warmup_steps", p.warmup_steps as usize, 0, 1 << 30)?;
+        c.real("pretrain.final_lr", p.final_lr, Closed(0.0), Closed(1.0))?;
+        if p.final_lr > p.lr {
+            return c.fail(
+                "pretrain.final_lr",
+                format!(
+                    "{} exceeds pretrain.lr = {} (the schedule decays)",
+                    p.final_lr, p.lr
+                ),
+            );
+        }
         let f = &self.rft;
         c.int("rft.demo_tasks", f.demo_tasks, 0, 1 << 20)?;
         c.int("rft.demo_epochs", f.demo_epochs, 0, 100)?;
         c.int("rft.batch_size", f.batch_size, 1, 1 << 16)?;
+        c.real(
+            "rft.prompt_loss_weight",
+            f.prompt_loss_weight,
+            Closed(0.0),
+            Closed(100.0),
+        )?;
         c.real("rft.lr", f.lr, Open(0.0), Closed(1.0))?;
+        c.int("rft.warmup_steps", f.warmup_steps as usize, 0, 1 << 30)?;
+        c.real("rft.final_lr", f.final_lr, Closed(0.0), Closed(1.0))?;
+        if f.final_lr > f.lr {
+            return c.fail(
+                "rft.final_lr",
+                format!(
+                    "{} exceeds rft.lr = {} (the schedule decays)",
+                    f.final_lr, f.lr
+                ),
+            );
+        }
+        let d = &self.data;
+        c.int("data.products", d.products, 10, 1 << 24)?;
+        c.int("data.train_games", d.train_games, 1, 1 << 20)?;
+        c.int("data.held_out_games", d.held_out_games, 1, 1 << 20)?;
+        c.int("data.passages", d.passages, 10, 1 << 26)?;
+        c.int("data.train_questions", d.train_questions, 1, 1 << 22)?;
+        c.int("data.held_out_questions", d.held_out_questions, 1, 1 << 20)?;
         c.int("rft.rounds", f.rounds, 0, 100)?;
         c.int("rft.tasks", f.tasks, 1, 1 << 20)?;
         c.int("rft.group_size", f.group_size, 1, 1024)?;
@@ -410,7 +522,7 @@ impl TrainConfig {
         c.real(
             "train.eval_temperature",
             l.eval_temperature as f64,
-            Open(0.0),
+            Closed(0.0),
             Closed(100.0),
         )?;
         c.int("train.checkpoint_every", l.checkpoint_every, 1, 1 << 20)?;
@@ -529,12 +641,33 @@ impl TrainConfig {
         }
     }
 
-    /// AdamW of the cold start.
-    pub fn rft_optimizer_config(&self) -> AdamWConfig {
+    /// AdamW of the pretraining, which takes `steps` optimizer steps (warm-up, then cosine decay
+    /// to `pretrain.final_lr`).
+    pub fn pretrain_optimizer_config(&self, steps: u64) -> AdamWConfig {
+        let warmup = self.pretrain.warmup_steps.min(steps);
+        AdamWConfig {
+            lr: self.pretrain.lr,
+            weight_decay: self.optim.weight_decay,
+            grad_clip: self.optim.grad_clip,
+            warmup_steps: warmup,
+            decay_steps: (steps - warmup).max(1),
+            final_lr: self.pretrain.final_lr,
+            ..AdamWConfig::default()
+        }
+    }
+
+    /// AdamW of the cold start, whose demonstration SFT takes `sft_steps` optimizer steps:
+    /// warm-up, cosine decay to `rft.final_lr` over the rest of them, then `final_lr` for the
+    /// rejection rounds.
+    pub fn rft_optimizer_config(&self, sft_steps: u64) -> AdamWConfig {
+        let warmup = self.rft.warmup_steps.min(sft_steps);
         AdamWConfig {
             lr: self.rft.lr,
             weight_decay: self.optim.weight_decay,
             grad_clip: self.optim.grad_clip,
+            warmup_steps: warmup,
+            decay_steps: (sft_steps - warmup).max(1),
+            final_lr: self.rft.final_lr,
             ..AdamWConfig::default()
         }
     }

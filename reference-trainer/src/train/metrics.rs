@@ -20,6 +20,10 @@ pub struct RolloutSummary {
     pub episodes: usize,
     /// Fraction of episodes that solved their task.
     pub success_rate: f64,
+    /// pass@k: the fraction of groups (the `k` episodes of one task) with at least one
+    /// success — the tasks on which a group-relative advantage has a signal.
+    #[serde(default)]
+    pub pass_at_k: f64,
     /// Mean task score at the end of an episode (WebShop's purchase score, 0/1 elsewhere).
     pub score: f64,
     /// Mean sum of rewards per episode.
@@ -36,6 +40,11 @@ pub struct RolloutSummary {
     pub tti_converged_rate: f64,
     /// Fraction of kept turns where TTI fired at the think budget.
     pub tti_budget_rate: f64,
+    /// Where the convergence rule fired: entry `t` counts the kept turns whose think block it
+    /// cut at position `t` (tokens of think content observed). `t − L_min` says how long after
+    /// its first chance it fired.
+    #[serde(default)]
+    pub tti_converged_at: Vec<u32>,
     /// Fraction of generations TDS discarded.
     pub tds_resample_rate: f64,
     /// Fraction of kept turns in the strict format.
@@ -64,9 +73,27 @@ impl RolloutSummary {
             turns.iter().filter(|x| f(x)).count() as f64 / t
         };
         let discarded: usize = records.iter().map(|e| e.resamples as usize).sum();
+        let mut groups: std::collections::BTreeMap<usize, bool> = Default::default();
+        for e in records {
+            *groups.entry(e.group).or_default() |= e.success;
+        }
+        let mut tti_converged_at: Vec<u32> = Vec::new();
+        for x in &turns {
+            if let Some(f) = x.generation.tti {
+                if f.reason == TtiReason::Converged {
+                    let t = f.position as usize;
+                    if tti_converged_at.len() <= t {
+                        tti_converged_at.resize(t + 1, 0);
+                    }
+                    tti_converged_at[t] += 1;
+                }
+            }
+        }
         Self {
             episodes: records.len(),
             success_rate: records.iter().filter(|e| e.success).count() as f64 / n,
+            pass_at_k: groups.values().filter(|&&s| s).count() as f64 / groups.len().max(1) as f64,
+            tti_converged_at,
             score: records.iter().map(|e| e.score).sum::<f64>() / n,
             episode_return: records.iter().map(|e| e.total_reward).sum::<f64>() / n,
             turns_per_episode: turns.len() as f64 / n,
@@ -132,16 +159,37 @@ pub struct UpdateReport {
     pub grad_norm: f64,
     /// Learning rate of the last step.
     pub lr: f64,
+    /// verl's `rollout_probs_diff_max`: the largest `|p_rollout − p_train|` over the response
+    /// tokens, the sampler's probability of each token against the training forward's on the
+    /// same weights (a mismatch between the two code paths shows here first).
+    #[serde(default)]
+    pub rollout_probs_diff_max: f64,
+    /// verl's `rollout_probs_diff_mean`: the mean of the same differences.
+    #[serde(default)]
+    pub rollout_probs_diff_mean: f64,
     /// Forward-and-backward tokens per second.
     pub tokens_per_second: f64,
     /// Wall seconds.
     pub seconds: f64,
 }
 
+/// What a rejection-sampling round kept.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RejectionReport {
+    /// The task-score threshold an episode had to reach.
+    pub threshold: f64,
+    /// Episodes rolled out.
+    pub episodes: usize,
+    /// Episodes kept.
+    pub kept: usize,
+    /// Turns fine-tuned on (the kept episodes' turns).
+    pub turns: usize,
+}
+
 /// One line of `metrics.jsonl`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MetricsLine {
-    /// `rft` (a cold-start round), `eval` (before RL) or `rl`.
+    /// `pretrain`, `rft` (a cold-start round), `eval` (before RL) or `rl`.
     pub stage: String,
     /// RL iteration (0 for the cold start and the evaluation before RL).
     pub iteration: usize,
@@ -149,8 +197,15 @@ pub struct MetricsLine {
     pub rollout: Option<RolloutSummary>,
     /// The update.
     pub update: Option<UpdateReport>,
-    /// Held-out evaluation, when it ran.
+    /// Held-out evaluation, when it ran (at `train.eval_temperature`: greedy by default, the
+    /// headline figure).
     pub eval: Option<RolloutSummary>,
+    /// The same held-out tasks sampled at the rollout temperature (when `train.eval_sampled`).
+    #[serde(default)]
+    pub eval_sampled: Option<RolloutSummary>,
+    /// A rejection round's selection (cold start only).
+    #[serde(default)]
+    pub rejection: Option<RejectionReport>,
     /// Wall seconds of the whole line's work.
     pub seconds: f64,
 }
@@ -339,6 +394,8 @@ mod tests {
                 rollout: None,
                 update: None,
                 eval: None,
+                eval_sampled: None,
+                rejection: None,
                 seconds: i as f64,
             })
             .unwrap();
@@ -379,6 +436,8 @@ mod tests {
                 rollout: None,
                 update: None,
                 eval: None,
+                eval_sampled: None,
+                rejection: None,
                 seconds: v,
             })
             .unwrap();

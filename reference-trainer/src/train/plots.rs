@@ -25,6 +25,9 @@ pub struct Series {
     /// `(x, y)` points, joined in the order given; points with a NaN or infinite coordinate are
     /// skipped.
     pub points: Vec<(f64, f64)>,
+    /// Draw each point as a marker and do not join them (sparse measurements, such as held-out
+    /// evaluations every K iterations, which a line would wrongly interpolate).
+    pub markers: bool,
 }
 
 impl Series {
@@ -33,6 +36,15 @@ impl Series {
         Self {
             name: name.into(),
             points,
+            markers: false,
+        }
+    }
+
+    /// A series of unjoined markers.
+    pub fn markers(name: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            markers: true,
+            ..Self::new(name, points)
         }
     }
 }
@@ -463,7 +475,15 @@ fn draw<DB: DrawingBackend>(
         // Width ≥ 2 makes plotters fill the line as a polygon in the exact colour; 1-px lines
         // are antialiased and their colour only approximated.
         let style = color.stroke_width(stroke);
-        let drawn = if points.len() == 1 {
+        let radius = layout.px(4.0).max(2);
+        let drawn = if series.markers {
+            ctx.draw_series(
+                points
+                    .iter()
+                    .map(|&p| Circle::new(p, radius, color.filled())),
+            )
+            .map_err(err)?
+        } else if points.len() == 1 {
             // A one-point path draws nothing, so mark the point.
             ctx.draw_series(std::iter::once(Circle::new(
                 points[0],
@@ -478,9 +498,15 @@ fn draw<DB: DrawingBackend>(
         if !series.name.is_empty() {
             any_named = true;
             let len = layout.px(20.0) as i32;
-            drawn
-                .label(series.name.as_str())
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + len, y)], style));
+            if series.markers {
+                drawn
+                    .label(series.name.as_str())
+                    .legend(move |(x, y)| Circle::new((x + len / 2, y), radius, color.filled()));
+            } else {
+                drawn
+                    .label(series.name.as_str())
+                    .legend(move |(x, y)| PathElement::new([(x, y), (x + len, y)], style));
+            }
         }
     }
 

@@ -95,6 +95,7 @@ pub fn update(
         .collect();
     let total_micro: usize = plans.iter().map(Vec::len).sum();
     let mut done = 0;
+    let (mut diff_max, mut diff_sum, mut diff_n) = (0f64, 0f64, 0usize);
     // Token-weighted sums of the loss metrics.
     let (mut w, mut loss_s, mut pg_s, mut clip_s, mut dual_s, mut akl_s, mut ent_s, mut kl_s) =
         (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
@@ -122,6 +123,21 @@ pub fn update(
                 ),
                 _ => None,
             };
+            // verl's rollout_probs_diff: the sampler's probabilities against the training
+            // forward's on the same weights (`old_lp` is that forward), response tokens only.
+            let train_lp: Vec<f32> = old_lp.to_dtype(DType::F32)?.to_vec1()?;
+            let mut at = 0;
+            for r in &batch {
+                for (k, &roll) in r.rollout_log_probs.iter().enumerate() {
+                    if r.response_mask[k] > 0.0 {
+                        let d = (f64::from(roll).exp() - f64::from(train_lp[at + k]).exp()).abs();
+                        diff_max = diff_max.max(d);
+                        diff_sum += d;
+                        diff_n += 1;
+                    }
+                }
+                at += r.rollout_log_probs.len();
+            }
             let packed = pack_rows(batch.iter().copied());
             let (adv, mask) = packed
                 .tensors(DType::F32, policy.device())
@@ -167,6 +183,8 @@ pub fn update(
     report.approx_kl = akl_s / w;
     report.entropy = ent_s / w;
     report.kl = (loss.kl_coef > 0.0).then_some(kl_s / w);
+    report.rollout_probs_diff_max = diff_max;
+    report.rollout_probs_diff_mean = diff_sum / diff_n.max(1) as f64;
     report.seconds = t0.elapsed().as_secs_f64();
     report.tokens_per_second = report.forward_tokens as f64 / report.seconds.max(1e-9);
     Ok(report)

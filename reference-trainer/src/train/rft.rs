@@ -8,26 +8,43 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;
 
 use super::config::TrainConfig;
-use super::metrics::{MetricsLine, RolloutSummary, UpdateReport};
+use super::metrics::{MetricsLine, RejectionReport, RolloutSummary, UpdateReport};
 use super::optimizer::AdamW;
 use super::sft::{expert_demos, sft_step, Demo};
 use super::state::derive_seed;
 use crate::error::Result;
 use crate::model::Qwen3;
-use crate::rollout::{rollout, EnvPool, EpisodeRecord, EpisodeSpec, RolloutStats, Split};
+use crate::rollout::{
+    encyclopedia, rollout, EnvPool, EpisodeRecord, EpisodeSpec, RolloutStats, Split,
+};
 use crate::tokenizer::Tokenizer;
 
-/// Purposes of derived seeds (see [`derive_seed`]).
-pub(crate) mod purpose {
+/// Purposes of derived seeds (see [`derive_seed`]): each random draw of a run has its own.
+pub mod purpose {
+    /// The order of the demonstrations in each SFT epoch.
     pub const DEMO_SHUFFLE: u64 = 1;
+    /// The training tasks of a rejection round.
     pub const RFT_TASKS: u64 = 2;
+    /// A rejection round's rollout.
     pub const RFT_ROLLOUT: u64 = 3;
+    /// The order of a rejection round's kept turns.
     pub const RFT_SHUFFLE: u64 = 4;
+    /// The training tasks of an RL iteration.
     pub const RL_TASKS: u64 = 5;
+    /// An RL iteration's rollout.
     pub const RL_ROLLOUT: u64 = 6;
+    /// The mini-batch shuffle of an RL update.
     pub const RL_SHUFFLE: u64 = 7;
+    /// Held-out evaluation.
     pub const EVAL: u64 = 8;
+    /// The experts' wording of the demonstrations.
     pub const DEMOS: u64 = 9;
+    /// Which training tasks the demonstrations come from.
+    pub const DEMO_TASKS: u64 = 10;
+    /// The pretraining encyclopedia's world.
+    pub const PRETRAIN_WORLD: u64 = 11;
+    /// The order of the pretraining sequences.
+    pub const PRETRAIN_SHUFFLE: u64 = 12;
 }
 
 /// Hooks the caller gives a stage: a log line, and a progress bar for a phase.
@@ -93,6 +110,7 @@ pub fn fine_tune(
     epochs: usize,
     batch_size: usize,
     micro_batch_tokens: usize,
+    prompt_weight: f64,
     seed: u64,
     rep: &mut dyn Reporter,
 ) -> Result<UpdateReport> {
@@ -117,7 +135,7 @@ pub fn fine_tune(
             batch.sort_by_key(|d| std::cmp::Reverse(d.prompt.len() + d.response.len()));
             let longest = batch[0].prompt.len() + batch[0].response.len();
             let micro = (micro_batch_tokens / longest.max(1)).max(1);
-            let r = sft_step(policy, opt, &batch, micro)?;
+            let r = sft_step(policy, opt, &batch, micro, prompt_weight)?;
             losses.push(r.loss);
             report.rows += batch.len();
             report.tokens += r.tokens;
@@ -139,6 +157,87 @@ pub fn fine_tune(
     Ok(report)
 }
 
+/// The pretraining sequences: the passages of a generated encyclopedia about another world than
+/// the environment's (seeded by `seed`), tokenized, joined with `<|endoftext|>` and cut into
+/// sequences of `seq_len` tokens (the last partial one dropped). Each is a [`Demo`] whose
+/// "prompt" is its first token, so the loss is on every next token.
+pub fn pretrain_sequences(
+    tokenizer: &Tokenizer,
+    passages: usize,
+    seq_len: usize,
+    seed: u64,
+) -> Result<Vec<Demo>> {
+    let eot = tokenizer.control_tokens()?.endoftext;
+    let mut stream = Vec::new();
+    for text in encyclopedia(seed, passages) {
+        stream.extend(tokenizer.encode(&text)?);
+        stream.push(eot);
+    }
+    Ok(stream
+        .chunks_exact(seq_len)
+        .map(|c| Demo {
+            prompt: c[..1].to_vec(),
+            response: c[1..].to_vec(),
+        })
+        .collect())
+}
+
+/// Pretraining (`[pretrain]`): language modelling on [`pretrain_sequences`] with its own AdamW
+/// (warm-up, cosine decay). `None` when it is switched off (`passages = 0`).
+pub fn pretrain(
+    policy: &Qwen3,
+    tokenizer: &Tokenizer,
+    cfg: &TrainConfig,
+    rep: &mut dyn Reporter,
+) -> Result<Option<MetricsLine>> {
+    let p = &cfg.pretrain;
+    if p.passages == 0 {
+        return Ok(None);
+    }
+    let t0 = std::time::Instant::now();
+    let seqs = pretrain_sequences(
+        tokenizer,
+        p.passages,
+        p.seq_len,
+        derive_seed(cfg.seed, 0, purpose::PRETRAIN_WORLD),
+    )?;
+    let steps = (seqs.len().div_ceil(p.batch_size) * p.epochs) as u64;
+    rep.line(&format!(
+        "pretraining: next-token prediction on a generated encyclopedia of {} passages (another \
+         world than the tasks'), {} sequences of {} tokens, {} epoch(s), {steps} steps",
+        p.passages,
+        seqs.len(),
+        p.seq_len,
+        p.epochs
+    ));
+    let mut opt = AdamW::new(cfg.pretrain_optimizer_config(steps))?;
+    let u = fine_tune(
+        policy,
+        &mut opt,
+        &seqs,
+        p.epochs,
+        p.batch_size,
+        cfg.optim.micro_batch_tokens,
+        0.0,
+        derive_seed(cfg.seed, 0, purpose::PRETRAIN_SHUFFLE),
+        rep,
+    )?;
+    rep.line(&format!(
+        "  {} steps, loss {:.3} (mean) → {:.3} (last), {:.0} tok/s, {:.1} s",
+        u.steps, u.loss, u.last_loss, u.tokens_per_second, u.seconds
+    ));
+    Ok(Some(MetricsLine {
+        stage: "pretrain".into(),
+        iteration: 0,
+        rollout: None,
+        update: Some(u),
+        eval: None,
+        eval_sampled: None,
+        rejection: None,
+        seconds: t0.elapsed().as_secs_f64(),
+    }))
+}
+
 /// The whole cold start on `policy`; returns one metrics line per stage (demonstrations, each
 /// rejection round).
 pub fn cold_start(
@@ -149,22 +248,38 @@ pub fn cold_start(
     rep: &mut dyn Reporter,
 ) -> Result<Vec<MetricsLine>> {
     let f = &cfg.rft;
-    let mut opt = AdamW::new(cfg.rft_optimizer_config())?;
     let mut lines = Vec::new();
-    if f.demo_tasks > 0 && f.demo_epochs > 0 {
-        let t0 = std::time::Instant::now();
-        let demos = expert_demos(
+    let demo_tasks = sample_tasks(
+        pool,
+        f.demo_tasks,
+        derive_seed(cfg.seed, 0, purpose::DEMO_TASKS),
+    );
+    let demos = if f.demo_epochs > 0 {
+        expert_demos(
             pool,
             tokenizer,
-            f.demo_tasks,
+            &demo_tasks,
             derive_seed(cfg.seed, 0, purpose::DEMOS),
             cfg.rollout.max_prompt_tokens,
-        )?;
+        )?
+    } else {
+        Vec::new()
+    };
+    let sft_steps = (demos.len().div_ceil(f.batch_size) * f.demo_epochs) as u64;
+    let mut opt = AdamW::new(cfg.rft_optimizer_config(sft_steps))?;
+    if !demos.is_empty() {
+        let t0 = std::time::Instant::now();
         rep.line(&format!(
-            "cold start: SFT on {} expert turns from {} training tasks, {} epoch(s)",
+            "cold start: SFT on {} expert turns from {} training tasks (of {}, drawn over the \
+             whole split), {} epoch(s), {} steps, lr {:.1e} → {:.1e} (warm-up {}, cosine)",
             demos.len(),
-            f.demo_tasks.min(pool.num_tasks(Split::Train)),
-            f.demo_epochs
+            demo_tasks.len(),
+            pool.num_tasks(Split::Train),
+            f.demo_epochs,
+            sft_steps,
+            f.lr,
+            f.final_lr,
+            f.warmup_steps.min(sft_steps),
         ));
         let u = fine_tune(
             policy,
@@ -173,6 +288,7 @@ pub fn cold_start(
             f.demo_epochs,
             f.batch_size,
             cfg.optim.micro_batch_tokens,
+            f.prompt_loss_weight,
             derive_seed(cfg.seed, 0, purpose::DEMO_SHUFFLE),
             rep,
         )?;
@@ -186,6 +302,8 @@ pub fn cold_start(
             rollout: None,
             update: Some(u),
             eval: None,
+            eval_sampled: None,
+            rejection: None,
             seconds: t0.elapsed().as_secs_f64(),
         });
     }
@@ -220,14 +338,25 @@ pub fn cold_start(
             })
             .collect();
         rep.line(&format!(
-            "cold start: rejection round {}: {} episodes, success {:.3}, kept {} (score ≥ {}) with {} turns",
+            "cold start: rejection round {}: {} episodes, success {:.3}, kept {} (score ≥ {}) with {} turns{}",
             round + 1,
             records.len(),
             summary.success_rate,
             kept.len(),
             f.score_threshold,
-            demos.len()
+            demos.len(),
+            if kept.is_empty() {
+                " — no episode reached the threshold, so this round fine-tunes on nothing"
+            } else {
+                ""
+            }
         ));
+        let rejection = RejectionReport {
+            threshold: f.score_threshold,
+            episodes: records.len(),
+            kept: kept.len(),
+            turns: demos.len(),
+        };
         let u = fine_tune(
             policy,
             &mut opt,
@@ -235,6 +364,7 @@ pub fn cold_start(
             f.epochs,
             f.batch_size,
             cfg.optim.micro_batch_tokens,
+            f.prompt_loss_weight,
             derive_seed(cfg.seed, r, purpose::RFT_SHUFFLE),
             rep,
         )?;
@@ -244,6 +374,8 @@ pub fn cold_start(
             rollout: Some(summary),
             update: Some(u),
             eval: None,
+            eval_sampled: None,
+            rejection: Some(rejection),
             seconds: t0.elapsed().as_secs_f64(),
         });
     }

@@ -17,7 +17,7 @@ use super::metrics::{MetricsLine, MetricsLog, RolloutSummary};
 use super::optimizer::AdamW;
 use super::plots::{write_png, Chart, PlotError, Series};
 use super::ppo::{update, UpdateConfig};
-use super::rft::{cold_start, purpose, run_episodes, sample_tasks, Reporter};
+use super::rft::{cold_start, pretrain, purpose, run_episodes, sample_tasks, Reporter};
 use super::state::{self, derive_seed, TrainerState, FORMAT};
 use crate::algo::{compute_advantages, flatten_rows};
 use crate::defaults;
@@ -89,30 +89,75 @@ pub fn initial_policy(
 
 /// The environments of a config (generated data, deterministic in the seed).
 pub fn pool_for(cfg: &TrainConfig) -> Result<EnvPool> {
-    EnvPool::generated(cfg.env, cfg.seed, defaults::pool_size(cfg.env))
+    EnvPool::generated(cfg.env, cfg.seed, cfg.data.pool_size())
+}
+
+/// A held-out evaluation: the headline (at `train.eval_temperature`, greedy by default, as verl
+/// validates) and, when `train.eval_sampled`, the same tasks sampled at the rollout temperature.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evaluation {
+    /// At `train.eval_temperature`.
+    pub headline: RolloutSummary,
+    /// At `rollout.temperature`.
+    pub sampled: Option<RolloutSummary>,
 }
 
 /// Held-out evaluation: the first `train.eval_tasks` tasks of the test split, each
-/// `train.eval_episodes` times, at `train.eval_temperature`, with one fixed seed (every
-/// evaluation of a run sees the same tasks and the same random numbers).
+/// `train.eval_episodes` times, with one fixed seed (every evaluation of a run sees the same
+/// tasks and the same random numbers).
 pub fn evaluate(
     policy: &Qwen3,
     tokenizer: &Tokenizer,
     pool: &EnvPool,
     cfg: &TrainConfig,
     rep: &mut dyn Reporter,
-) -> Result<RolloutSummary> {
-    evaluate_on(policy, tokenizer, pool, cfg, Split::Test, rep)
+) -> Result<Evaluation> {
+    let headline = evaluate_on(policy, tokenizer, pool, cfg, Split::Test, rep)?;
+    let sampled = if cfg.train.eval_sampled {
+        Some(evaluate_at(
+            policy,
+            tokenizer,
+            pool,
+            cfg,
+            Split::Test,
+            cfg.rollout.temperature,
+            rep,
+        )?)
+    } else {
+        None
+    };
+    Ok(Evaluation { headline, sampled })
 }
 
-/// [`evaluate`] on either split (the `eval` command: a checkpoint evaluated with its run's
-/// config reproduces the run's own evaluation exactly).
+/// [`evaluate`]'s headline on either split (the `eval` command: a checkpoint evaluated with its
+/// run's config reproduces the run's own evaluation exactly).
 pub fn evaluate_on(
     policy: &Qwen3,
     tokenizer: &Tokenizer,
     pool: &EnvPool,
     cfg: &TrainConfig,
     split: Split,
+    rep: &mut dyn Reporter,
+) -> Result<RolloutSummary> {
+    evaluate_at(
+        policy,
+        tokenizer,
+        pool,
+        cfg,
+        split,
+        cfg.train.eval_temperature,
+        rep,
+    )
+}
+
+/// The evaluation's tasks and seed at `temperature` (0: greedy).
+pub fn evaluate_at(
+    policy: &Qwen3,
+    tokenizer: &Tokenizer,
+    pool: &EnvPool,
+    cfg: &TrainConfig,
+    split: Split,
+    temperature: f32,
     rep: &mut dyn Reporter,
 ) -> Result<RolloutSummary> {
     let n = cfg.train.eval_tasks.min(pool.num_tasks(split));
@@ -125,7 +170,7 @@ pub fn evaluate_on(
         split,
         &tasks,
         cfg.train.eval_episodes,
-        cfg.train.eval_temperature,
+        temperature,
         derive_seed(cfg.seed, 0, purpose::EVAL),
         rep,
     )?;
@@ -258,6 +303,11 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
                 pool.num_tasks(Split::Test)
             ));
             if opts.cold_start {
+                if opts.init.is_some() && cfg.pretrain.passages > 0 {
+                    rep.line("pretraining skipped: the policy comes from a checkpoint (--init)");
+                } else if let Some(line) = pretrain(&policy, &tokenizer, &cfg, rep)? {
+                    log.append(&line)?;
+                }
                 for line in cold_start(&policy, &tokenizer, &pool, &cfg, rep)? {
                     log.append(&line)?;
                 }
@@ -267,19 +317,21 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
             let t0 = std::time::Instant::now();
             let before = evaluate(&policy, &tokenizer, &pool, &cfg, rep)?;
             rep.line(&format!(
-                "held-out before RL: success {:.3}, score {:.3}, think {:.1} tok/turn, {:.2} turns/episode",
-                before.success_rate, before.score, before.think_tokens_per_turn, before.turns_per_episode
+                "held-out before RL: {}",
+                evaluation_line(&before, cfg.train.eval_temperature)
             ));
             log.append(&MetricsLine {
                 stage: "eval".into(),
                 iteration: 0,
                 rollout: None,
                 update: None,
-                eval: Some(before.clone()),
+                eval: Some(before.headline.clone()),
+                eval_sampled: before.sampled.clone(),
+                rejection: None,
                 seconds: t0.elapsed().as_secs_f64(),
             })?;
             let opt = AdamW::new(cfg.optimizer_config())?;
-            (cfg, policy, tokenizer, opt, 0, Some(before), pool)
+            (cfg, policy, tokenizer, opt, 0, Some(before.headline), pool)
         }
     };
     let state_of = |iteration: usize, opt: &AdamW| -> Result<TrainerState> {
@@ -356,12 +408,12 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
         rep.end();
         let report = report?;
         drop(old);
-        let eval = if it % cfg.train.eval_every == 0 || it == iterations {
+        let (eval, eval_sampled) = if it % cfg.train.eval_every == 0 || it == iterations {
             let e = evaluate(&policy, &tokenizer, &pool, &cfg, rep)?;
-            after = Some(e.clone());
-            Some(e)
+            after = Some(e.headline.clone());
+            (Some(e.headline), e.sampled)
         } else {
-            None
+            (None, None)
         };
         let line = MetricsLine {
             stage: "rl".into(),
@@ -369,6 +421,8 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
             rollout: Some(summary),
             update: Some(report),
             eval,
+            eval_sampled,
+            rejection: None,
             seconds: t0.elapsed().as_secs_f64(),
         };
         rep.line(&iteration_line(&line, iterations));
@@ -392,7 +446,7 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
             .find_map(|l| l.eval.clone())
             .or_else(|| before.clone());
     }
-    let plots = write_plots(&out.join("plots"), &lines)?;
+    let plots = write_plots(&out.join("plots"), &lines, cfg.control.min_len)?;
     let results = out.join("results.md");
     checkpoint::write_atomic(
         &results,
@@ -410,14 +464,33 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
     })
 }
 
+/// One evaluation in words: the headline (greedy or at its temperature) and the sampled figure.
+pub fn evaluation_line(e: &Evaluation, temperature: f32) -> String {
+    let h = &e.headline;
+    let how = if temperature == 0.0 {
+        "greedy".to_string()
+    } else {
+        format!("T = {temperature}")
+    };
+    let mut s = format!(
+        "success {:.3} ({how}), score {:.3}, format-valid {:.3}, think {:.1} tok/turn, {:.2} turns/episode",
+        h.success_rate, h.score, h.format_valid_rate, h.think_tokens_per_turn, h.turns_per_episode
+    );
+    if let Some(x) = &e.sampled {
+        s.push_str(&format!("; sampled success {:.3}", x.success_rate));
+    }
+    s
+}
+
 /// The one-line log of an RL iteration.
 pub fn iteration_line(l: &MetricsLine, iterations: usize) -> String {
     let r = l.rollout.clone().unwrap_or_default();
     let u = l.update.clone().unwrap_or_default();
     let mut s = format!(
-        "iter {:>3}/{iterations}: train success {:.3} score {:.3} turns {:.1} think {:.1} TTI {:.2} TDS {:.2} valid {:.2} | loss {:.4} clip {:.3} ent {:.3} gnorm {:.3} | rollout {:.0} tok/s, update {:.0} tok/s, {:.1} s",
+        "iter {:>3}/{iterations}: train success {:.3} pass@k {:.3} score {:.3} turns {:.1} think {:.1} TTI {:.2} TDS {:.2} valid {:.2} | loss {:.4} clip {:.3} ent {:.3} gnorm {:.3} | rollout {:.0} tok/s, update {:.0} tok/s, {:.1} s",
         l.iteration,
         r.success_rate,
+        r.pass_at_k,
         r.score,
         r.turns_per_episode,
         r.think_tokens_per_turn,
@@ -438,7 +511,55 @@ pub fn iteration_line(l: &MetricsLine, iterations: usize) -> String {
             e.success_rate, e.score
         ));
     }
+    if let Some(e) = &l.eval_sampled {
+        s.push_str(&format!(" (sampled {:.3})", e.success_rate));
+    }
     s
+}
+
+/// One sentence on whether held-out success moved through RL, against the sampling noise of
+/// the held-out estimate (the standard error of a difference of two success rates over `n`
+/// episodes each); the spread across seeds is what `ablate` measures. `None` without both
+/// evaluations.
+pub fn verdict(
+    before: Option<&RolloutSummary>,
+    after: Option<&RolloutSummary>,
+    iterations: usize,
+) -> Option<String> {
+    let (b, a) = (before?, after?);
+    if iterations == 0 {
+        return Some(format!(
+            "Held-out success after the cold start: {:.3} ({} episodes); no RL iterations ran.",
+            b.success_rate, b.episodes
+        ));
+    }
+    let n = b.episodes.min(a.episodes).max(1) as f64;
+    let var = |p: f64| p * (1.0 - p) / n;
+    let se = (var(b.success_rate) + var(a.success_rate)).sqrt();
+    let d = a.success_rate - b.success_rate;
+    let word = if d > 0.0 {
+        "rose"
+    } else if d < 0.0 {
+        "fell"
+    } else {
+        "did not move"
+    };
+    let size = if se > 0.0 {
+        let z = d.abs() / se;
+        let call = if z >= 2.0 {
+            "more than twice the sampling error of the held-out estimate: RL moved it"
+        } else {
+            "within twice the sampling error of the held-out estimate: not a clear change"
+        };
+        format!(" ({d:+.3}, {z:.1} standard errors of the difference over {n} episodes; {call})")
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "Held-out success {word} from {:.3} to {:.3} over {iterations} RL iterations{size}. \
+         Across seeds: `ablate --seeds 3`.",
+        b.success_rate, a.success_rate
+    ))
 }
 
 /// The before/after table (markdown).
@@ -471,8 +592,37 @@ pub fn results_table(
     s
 }
 
-/// The curves of a run: success (train and held-out), think tokens per turn, TDS resample rate.
-pub fn write_plots(dir: &Path, lines: &[MetricsLine]) -> Result<Vec<PathBuf>> {
+/// `t − L_min` of the convergence rule's fires in `at` (entry `t` counts fires at `t`): the mean
+/// and the 90th percentile, `None` without fires.
+fn fire_offsets(at: &[u32], min_len: u32) -> Option<(f64, f64)> {
+    let n: u64 = at.iter().map(|&c| u64::from(c)).sum();
+    if n == 0 {
+        return None;
+    }
+    let off = |t: usize| t as f64 - f64::from(min_len);
+    let mean = at
+        .iter()
+        .enumerate()
+        .map(|(t, &c)| off(t) * f64::from(c))
+        .sum::<f64>()
+        / n as f64;
+    let want = (0.9 * n as f64).ceil() as u64;
+    let mut seen = 0u64;
+    let mut p90 = 0.0;
+    for (t, &c) in at.iter().enumerate() {
+        seen += u64::from(c);
+        if seen >= want {
+            p90 = off(t);
+            break;
+        }
+    }
+    Some((mean, p90))
+}
+
+/// The curves of a run: success (train rollouts, pass@k, held-out greedy and sampled), task
+/// score (where it differs from success), format-valid turns, think tokens per turn, the TDS
+/// resample rate, and where TTI's convergence rule fires (`t − L_min`).
+pub fn write_plots(dir: &Path, lines: &[MetricsLine], min_len: u32) -> Result<Vec<PathBuf>> {
     let rl: Vec<&MetricsLine> = lines.iter().filter(|l| l.stage == "rl").collect();
     if rl.is_empty() {
         return Ok(Vec::new());
@@ -483,24 +633,24 @@ pub fn write_plots(dir: &Path, lines: &[MetricsLine]) -> Result<Vec<PathBuf>> {
             .filter_map(|l| l.rollout.as_ref().map(|r| (l.iteration as f64, f(r))))
             .collect()
     };
-    let evals: Vec<(f64, &RolloutSummary)> = lines
-        .iter()
-        .filter_map(|l| l.eval.as_ref().map(|e| (l.iteration as f64, e)))
-        .collect();
-    let pick_eval = |f: &dyn Fn(&RolloutSummary) -> f64| -> Vec<(f64, f64)> {
-        evals.iter().map(|(x, e)| (*x, f(e))).collect()
+    let pick_eval = |sampled: bool, f: &dyn Fn(&RolloutSummary) -> f64| -> Vec<(f64, f64)> {
+        lines
+            .iter()
+            .filter_map(|l| {
+                let e = if sampled { &l.eval_sampled } else { &l.eval };
+                e.as_ref().map(|e| (l.iteration as f64, f(e)))
+            })
+            .collect()
     };
-    // Train-rollout curve of `f`, plus the held-out one where `held_out`.
+    // Train-rollout curve of `f`, plus the held-out markers where `held_out`.
     let chart = |title: &str, y_label: &str, f: &dyn Fn(&RolloutSummary) -> f64, held_out: bool| {
-        let mut series = vec![Series {
-            name: "train rollout".into(),
-            points: pick(f),
-        }];
+        let mut series = vec![Series::new("train rollout", pick(f))];
         if held_out {
-            series.push(Series {
-                name: "held-out".into(),
-                points: pick_eval(f),
-            });
+            series.push(Series::markers("held-out (greedy)", pick_eval(false, f)));
+            let sampled = pick_eval(true, f);
+            if !sampled.is_empty() {
+                series.push(Series::markers("held-out (sampled)", sampled));
+            }
         }
         Chart {
             title: title.into(),
@@ -509,34 +659,81 @@ pub fn write_plots(dir: &Path, lines: &[MetricsLine]) -> Result<Vec<PathBuf>> {
             series,
         }
     };
-    let charts = [
-        (
-            "success.png",
-            chart("Success rate", "success rate", &|r| r.success_rate, true),
+    let mut success = chart("Success rate", "success rate", &|r| r.success_rate, true);
+    success.series.insert(
+        1,
+        Series::new(
+            "train pass@k (any success in a group)",
+            pick(&|r| r.pass_at_k),
         ),
-        (
+    );
+    let mut charts = vec![("success.png", success)];
+    // Search QA and ALFWorld score 0/1 like success: a second identical chart says nothing.
+    let all: Vec<&RolloutSummary> = lines
+        .iter()
+        .flat_map(|l| [l.rollout.as_ref(), l.eval.as_ref(), l.eval_sampled.as_ref()])
+        .flatten()
+        .collect();
+    if all.iter().any(|r| (r.score - r.success_rate).abs() > 1e-12) {
+        charts.push((
             "score.png",
             chart("Task score", "score", &|r| r.score, true),
+        ));
+    }
+    charts.push((
+        "format_valid.png",
+        chart(
+            "Format-valid turns",
+            "fraction of turns",
+            &|r| r.format_valid_rate,
+            true,
         ),
-        (
-            "think_tokens.png",
-            chart(
-                "Think tokens per turn",
-                "tokens",
-                &|r| r.think_tokens_per_turn,
-                true,
-            ),
+    ));
+    charts.push((
+        "think_tokens.png",
+        chart(
+            "Think tokens per turn",
+            "tokens",
+            &|r| r.think_tokens_per_turn,
+            true,
         ),
-        (
-            "resample_rate.png",
-            chart(
-                "TDS resample rate",
-                "discarded / generations",
-                &|r| r.tds_resample_rate,
-                false,
-            ),
+    ));
+    charts.push((
+        "resample_rate.png",
+        chart(
+            "TDS resample rate",
+            "discarded / generations",
+            &|r| r.tds_resample_rate,
+            false,
         ),
-    ];
+    ));
+    let offsets: Vec<(f64, (f64, f64))> = rl
+        .iter()
+        .filter_map(|l| {
+            let r = l.rollout.as_ref()?;
+            Some((
+                l.iteration as f64,
+                fire_offsets(&r.tti_converged_at, min_len)?,
+            ))
+        })
+        .collect();
+    if !offsets.is_empty() {
+        charts.push((
+            "tti_position.png",
+            Chart {
+                title: "Where TTI's convergence rule fires (train rollouts)".into(),
+                x_label: "RL iteration".into(),
+                y_label: "think tokens after L_min".into(),
+                series: vec![
+                    Series::new("mean", offsets.iter().map(|(x, o)| (*x, o.0)).collect()),
+                    Series::new(
+                        "90th percentile",
+                        offsets.iter().map(|(x, o)| (*x, o.1)).collect(),
+                    ),
+                ],
+            },
+        ));
+    }
     let mut out = Vec::new();
     for (name, chart) in &charts {
         let path = dir.join(name);

@@ -30,19 +30,27 @@ pub struct SftReport {
     pub step: StepReport,
 }
 
-/// The experts' demonstrations on training tasks `0..tasks` of `pool`: every step's prompt
-/// (chat-formatted, cut to `max_prompt_tokens` from the left, as the rollout does) and the
-/// expert's full response followed by `<|im_end|>`.
+/// The experts' demonstrations on the training tasks `tasks` of `pool` (draw them over the
+/// whole split — [`super::rft::sample_tasks`] — so every kind of task is in them): every step's
+/// prompt (chat-formatted, cut to `max_prompt_tokens` from the left, as the rollout does) and
+/// the expert's full response followed by `<|im_end|>`.
 pub fn expert_demos(
     pool: &EnvPool,
     tokenizer: &Tokenizer,
-    tasks: usize,
+    tasks: &[usize],
     seed: u64,
     max_prompt_tokens: usize,
 ) -> Result<Vec<Demo>> {
     let end = tokenizer.control_tokens()?.im_end;
     let mut out = Vec::new();
-    for task in 0..tasks.min(pool.num_tasks(Split::Train)) {
+    let n = pool.num_tasks(Split::Train);
+    for &task in tasks {
+        if task >= n {
+            return Err(Error::invalid(
+                "demonstrations",
+                format!("training task {task} does not exist (the split has {n})"),
+            ));
+        }
         let episode = pool.expert_episode(Split::Train, task, seed ^ task as u64);
         for step in episode.steps {
             let Some(prompt) = step.prompt else { continue };
@@ -63,16 +71,31 @@ pub fn expert_demos(
 /// One optimizer step on `batch`, in micro-batches of `micro_batch` sequences whose gradients
 /// are summed (each scaled by its share of the batch's response tokens, so the result is the
 /// token mean over the whole batch).
+///
+/// `prompt_weight` > 0 adds the prompt tokens' negative log-likelihood (from the second prompt
+/// token on) at that weight relative to a response token — `transformers`' "train on inputs",
+/// or OpenAI's former `prompt_loss_weight` — normalised by the response tokens all the same, so
+/// the response term is unchanged. For a policy trained from random weights this is language
+/// modelling on the environments' own text (the prompts, observations and retrieved passages
+/// repeat names, which teaches copying); for a pretrained one it stays 0. The reported `loss`
+/// is the response tokens' alone.
 pub fn sft_step(
     model: &Qwen3,
     opt: &mut AdamW,
     batch: &[Demo],
     micro_batch: usize,
+    prompt_weight: f64,
 ) -> Result<SftReport> {
     if batch.is_empty() || micro_batch == 0 {
         return Err(Error::invalid(
             "sft",
             "need at least one demonstration and micro_batch ≥ 1",
+        ));
+    }
+    if !(prompt_weight.is_finite() && prompt_weight >= 0.0) {
+        return Err(Error::invalid(
+            "sft",
+            format!("prompt_weight {prompt_weight}: must be ≥ 0"),
         ));
     }
     if let Some(d) = batch
@@ -96,10 +119,41 @@ pub fn sft_step(
             .iter()
             .map(|d| d.prompt.iter().chain(&d.response).copied().collect())
             .collect();
-        let start: Vec<usize> = chunk.iter().map(|d| d.prompt.len()).collect();
-        let out = model.token_log_probs(&seqs, &start)?;
-        let loss = (out.log_probs.sum_all()?.neg()? / total as f64)?;
-        nll += loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+        let loss = if prompt_weight > 0.0 {
+            // Every position from 1; weights: prompt_weight on prompt targets, 1 on responses.
+            let start = vec![1; chunk.len()];
+            let out = model.token_log_probs(&seqs, &start)?;
+            let mut w = Vec::with_capacity(out.log_probs.dim(0)?);
+            let mut resp = Vec::with_capacity(w.capacity());
+            for d in chunk {
+                let n = d.prompt.len() + d.response.len();
+                for t in 1..n {
+                    let is_resp = t >= d.prompt.len();
+                    w.push(if is_resp {
+                        1.0f32
+                    } else {
+                        prompt_weight as f32
+                    });
+                    resp.push(if is_resp { 1.0f32 } else { 0.0 });
+                }
+            }
+            let n = w.len();
+            let dev = out.log_probs.device();
+            let w = candle_core::Tensor::from_vec(w, n, dev)?.to_dtype(out.log_probs.dtype())?;
+            let resp =
+                candle_core::Tensor::from_vec(resp, n, dev)?.to_dtype(out.log_probs.dtype())?;
+            let resp_nll = ((&out.log_probs * &resp)?.sum_all()?.neg()? / total as f64)?;
+            nll += resp_nll
+                .to_dtype(candle_core::DType::F64)?
+                .to_scalar::<f64>()?;
+            ((&out.log_probs * &w)?.sum_all()?.neg()? / total as f64)?
+        } else {
+            let start: Vec<usize> = chunk.iter().map(|d| d.prompt.len()).collect();
+            let out = model.token_log_probs(&seqs, &start)?;
+            let loss = (out.log_probs.sum_all()?.neg()? / total as f64)?;
+            nll += loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+            loss
+        };
         acc.add(model.params(), &loss.backward()?)?;
     }
     let step = opt.step(model.params(), &acc)?;
@@ -136,16 +190,16 @@ mod tests {
                 response: vec![20, 21, 22],
             },
         ];
-        let first = sft_step(&model, &mut opt, &batch, 1).unwrap();
+        let first = sft_step(&model, &mut opt, &batch, 1, 0.0).unwrap();
         assert_eq!(first.tokens, 7);
         // A random model starts near ln V = ln 64 ≈ 4.16.
         assert!((first.loss - (64f64).ln()).abs() < 0.3, "{}", first.loss);
         let mut last = first.loss;
         for _ in 0..40 {
-            last = sft_step(&model, &mut opt, &batch, 2).unwrap().loss;
+            last = sft_step(&model, &mut opt, &batch, 2, 0.0).unwrap().loss;
         }
         assert!(last < 0.5 * first.loss, "{} → {last}", first.loss);
-        assert!(sft_step(&model, &mut opt, &[], 1).is_err());
+        assert!(sft_step(&model, &mut opt, &[], 1, 0.0).is_err());
     }
 
     #[test]
@@ -175,7 +229,7 @@ mod tests {
                 ..AdamWConfig::default()
             })
             .unwrap();
-            let r = sft_step(&model, &mut opt, &batch, mb).unwrap();
+            let r = sft_step(&model, &mut opt, &batch, mb, 0.0).unwrap();
             let w: Vec<f32> = model.params()["model.embed_tokens.weight"]
                 .flatten_all()
                 .unwrap()

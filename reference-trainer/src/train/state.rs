@@ -232,7 +232,7 @@ mod tests {
             prompt: vec![1, 2],
             response: vec![3, 4],
         };
-        crate::train::sft_step(&model, &mut opt, &[demo], 1).unwrap();
+        crate::train::sft_step(&model, &mut opt, &[demo], 1, 0.0).unwrap();
         let mut state = TrainerState {
             format: FORMAT,
             iteration: 1,
