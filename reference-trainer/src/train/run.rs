@@ -537,12 +537,12 @@ pub fn verdict(
     let var = |p: f64| p * (1.0 - p) / n;
     let se = (var(b.success_rate) + var(a.success_rate)).sqrt();
     let d = a.success_rate - b.success_rate;
-    let word = if d > 0.0 {
-        "rose"
+    let moved = if d > 0.0 {
+        format!("rose from {:.3} to {:.3}", b.success_rate, a.success_rate)
     } else if d < 0.0 {
-        "fell"
+        format!("fell from {:.3} to {:.3}", b.success_rate, a.success_rate)
     } else {
-        "did not move"
+        format!("stayed at {:.3}", b.success_rate)
     };
     let size = if se > 0.0 {
         let z = d.abs() / se;
@@ -556,9 +556,8 @@ pub fn verdict(
         String::new()
     };
     Some(format!(
-        "Held-out success {word} from {:.3} to {:.3} over {iterations} RL iterations{size}. \
-         Across seeds: `ablate --seeds 3`.",
-        b.success_rate, a.success_rate
+        "Held-out success {moved} over {iterations} RL iterations{size}. Across seeds: \
+         `ablate --seeds 3`."
     ))
 }
 
@@ -745,4 +744,37 @@ pub fn write_plots(dir: &Path, lines: &[MetricsLine], min_len: u32) -> Result<Ve
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held_out(success: f64) -> RolloutSummary {
+        RolloutSummary {
+            episodes: 70,
+            success_rate: success,
+            ..RolloutSummary::default()
+        }
+    }
+
+    #[test]
+    fn the_verdict_weighs_the_change_against_the_binomial_error() {
+        // 0.1 -> 0.3 over 70 episodes: se = sqrt(.09/70 + .21/70) = 0.0655, z = 3.05.
+        let v = verdict(Some(&held_out(0.1)), Some(&held_out(0.3)), 30).unwrap();
+        assert!(v.contains("rose from 0.100 to 0.300"), "{v}");
+        assert!(v.contains("+0.200, 3.1 standard errors"), "{v}");
+        assert!(v.contains("RL moved it"), "{v}");
+        // 0.143 -> 0.157: one episode, z = 0.23.
+        let v = verdict(Some(&held_out(0.143)), Some(&held_out(0.157)), 30).unwrap();
+        assert!(v.contains("not a clear change"), "{v}");
+        let v = verdict(Some(&held_out(0.3)), Some(&held_out(0.1)), 30).unwrap();
+        assert!(v.contains("fell from 0.300 to 0.100"), "{v}");
+        let v = verdict(Some(&held_out(0.143)), Some(&held_out(0.143)), 30).unwrap();
+        assert!(v.contains("stayed at 0.143"), "{v}");
+        let v = verdict(Some(&held_out(0.2)), None, 30);
+        assert!(v.is_none());
+        let v = verdict(Some(&held_out(0.2)), Some(&held_out(0.2)), 0).unwrap();
+        assert!(v.contains("no RL iterations ran"), "{v}");
+    }
 }
