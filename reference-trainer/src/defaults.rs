@@ -46,9 +46,7 @@ pub const PAPER_MAX_PROMPT_TOKENS: usize = 4096;
 /// Generated data sizes of the default pools: the `[data]` section of the environment's
 /// shipped config (`configs/<env>.toml`).
 pub fn pool_size(env: EnvKind) -> Result<PoolSize> {
-    Ok(crate::train::TrainConfig::default_for(env)?
-        .data
-        .pool_size())
+    Ok(crate::train::TrainConfig::default_for(env)?.data)
 }
 
 /// The default model's config for a vocabulary of `vocab` ids.

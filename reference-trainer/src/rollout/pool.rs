@@ -75,8 +75,11 @@ impl std::str::FromStr for EnvKind {
     }
 }
 
-/// How much generated data a pool builds.
+/// How much generated data a pool builds: the `[data]` section of a training config (each
+/// environment reads its own keys; the others are checked and ignored, so one shape serves the
+/// three).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PoolSize {
     /// WebShop: products in the catalog (held out = the verl-agent test goals).
     pub products: usize,

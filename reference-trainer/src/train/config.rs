@@ -41,7 +41,7 @@ pub struct TrainConfig {
     /// The random-initialised model (ignored when a checkpoint is given).
     pub model: ModelSection,
     /// How much generated data the environment builds.
-    pub data: DataSection,
+    pub data: PoolSize,
     /// Rollout shape.
     pub rollout: RolloutSection,
     /// TTI / TDS.
@@ -74,39 +74,6 @@ pub struct ModelSection {
     pub num_key_value_heads: usize,
     /// Width of one head.
     pub head_dim: usize,
-}
-
-/// Sizes of the generated data (each environment reads its own keys; the others are checked
-/// and ignored, so one file shape serves the three).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DataSection {
-    /// WebShop: products in the catalog.
-    pub products: usize,
-    /// ALFWorld: training games.
-    pub train_games: usize,
-    /// ALFWorld: held-out (valid_unseen) games.
-    pub held_out_games: usize,
-    /// Search QA: passages in the corpus.
-    pub passages: usize,
-    /// Search QA: training questions per training source (nq, hotpotqa).
-    pub train_questions: usize,
-    /// Search QA: held-out questions per source (all seven).
-    pub held_out_questions: usize,
-}
-
-impl DataSection {
-    /// The pool size it describes.
-    pub fn pool_size(&self) -> PoolSize {
-        PoolSize {
-            products: self.products,
-            train_games: self.train_games,
-            held_out_games: self.held_out_games,
-            passages: self.passages,
-            train_questions: self.train_questions,
-            held_out_questions: self.held_out_questions,
-        }
-    }
 }
 
 /// Rollout shape.
@@ -466,15 +433,7 @@ impl TrainConfig {
         c.real("pretrain.lr", p.lr, Open(0.0), Closed(1.0))?;
         c.int("pretrain.warmup_steps", p.warmup_steps as usize, 0, 1 << 30)?;
         c.real("pretrain.final_lr", p.final_lr, Closed(0.0), Closed(1.0))?;
-        if p.final_lr > p.lr {
-            return c.fail(
-                "pretrain.final_lr",
-                format!(
-                    "{} exceeds pretrain.lr = {} (the schedule decays)",
-                    p.final_lr, p.lr
-                ),
-            );
-        }
+        c.decays("pretrain", p.lr, p.final_lr)?;
         let f = &self.rft;
         c.int("rft.demo_tasks", f.demo_tasks, 0, 1 << 20)?;
         c.int("rft.demo_epochs", f.demo_epochs, 0, 100)?;
@@ -488,15 +447,7 @@ impl TrainConfig {
         c.real("rft.lr", f.lr, Open(0.0), Closed(1.0))?;
         c.int("rft.warmup_steps", f.warmup_steps as usize, 0, 1 << 30)?;
         c.real("rft.final_lr", f.final_lr, Closed(0.0), Closed(1.0))?;
-        if f.final_lr > f.lr {
-            return c.fail(
-                "rft.final_lr",
-                format!(
-                    "{} exceeds rft.lr = {} (the schedule decays)",
-                    f.final_lr, f.lr
-                ),
-            );
-        }
+        c.decays("rft", f.lr, f.final_lr)?;
         let d = &self.data;
         c.int("data.products", d.products, 10, 1 << 24)?;
         c.int("data.train_games", d.train_games, 1, 1 << 20)?;
@@ -693,6 +644,17 @@ impl Checker<'_> {
         })
     }
 
+    /// `SECTION.final_lr` may not exceed `SECTION.lr`: the schedule decays.
+    fn decays(&mut self, section: &str, lr: f64, final_lr: f64) -> Result<()> {
+        if final_lr > lr {
+            return self.fail(
+                &format!("{section}.final_lr"),
+                format!("{final_lr} exceeds {section}.lr = {lr} (the schedule decays)"),
+            );
+        }
+        Ok(())
+    }
+
     fn int(&mut self, key: &str, v: usize, lo: usize, hi: usize) -> Result<()> {
         if (lo..=hi).contains(&v) {
             Ok(())
@@ -861,6 +823,16 @@ mod tests {
             let e = err(&with(EnvKind::Alfworld, from, to));
             assert!(e.contains(key) && e.contains(range), "{from} → {to}: {e}");
         }
+        // A schedule that would rise instead of decaying.
+        let e = err(&with(
+            EnvKind::Alfworld,
+            "final_lr = 3e-4",
+            "final_lr = 0.5",
+        ));
+        assert!(
+            e.contains("pretrain.final_lr") && e.contains("exceeds pretrain.lr"),
+            "{e}"
+        );
         let e = err(&with(
             EnvKind::Alfworld,
             "max_think = 96",

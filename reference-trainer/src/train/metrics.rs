@@ -210,6 +210,22 @@ pub struct MetricsLine {
     pub seconds: f64,
 }
 
+impl MetricsLine {
+    /// A cold-start line (iteration 0): a fine-tuning `update` of `stage` that took `seconds`.
+    pub fn cold_start(stage: &str, update: UpdateReport, seconds: f64) -> Self {
+        Self {
+            stage: stage.into(),
+            iteration: 0,
+            rollout: None,
+            update: Some(update),
+            eval: None,
+            eval_sampled: None,
+            rejection: None,
+            seconds,
+        }
+    }
+}
+
 /// `metrics.jsonl`: appended line by line (each flushed and synced).
 #[derive(Debug)]
 pub struct MetricsLog {

@@ -226,16 +226,11 @@ pub fn pretrain(
         "  {} steps, loss {:.3} (mean) → {:.3} (last), {:.0} tok/s, {:.1} s",
         u.steps, u.loss, u.last_loss, u.tokens_per_second, u.seconds
     ));
-    Ok(Some(MetricsLine {
-        stage: "pretrain".into(),
-        iteration: 0,
-        rollout: None,
-        update: Some(u),
-        eval: None,
-        eval_sampled: None,
-        rejection: None,
-        seconds: t0.elapsed().as_secs_f64(),
-    }))
+    Ok(Some(MetricsLine::cold_start(
+        "pretrain",
+        u,
+        t0.elapsed().as_secs_f64(),
+    )))
 }
 
 /// The whole cold start on `policy`; returns one metrics line per stage (demonstrations, each
@@ -296,16 +291,11 @@ pub fn cold_start(
             "  {} steps, loss {:.3} (mean) → {:.3} (last), {:.0} tok/s, {:.1} s",
             u.steps, u.loss, u.last_loss, u.tokens_per_second, u.seconds
         ));
-        lines.push(MetricsLine {
-            stage: "rft".into(),
-            iteration: 0,
-            rollout: None,
-            update: Some(u),
-            eval: None,
-            eval_sampled: None,
-            rejection: None,
-            seconds: t0.elapsed().as_secs_f64(),
-        });
+        lines.push(MetricsLine::cold_start(
+            "rft",
+            u,
+            t0.elapsed().as_secs_f64(),
+        ));
     }
     for round in 0..f.rounds {
         let t0 = std::time::Instant::now();
@@ -369,14 +359,9 @@ pub fn cold_start(
             rep,
         )?;
         lines.push(MetricsLine {
-            stage: "rft".into(),
-            iteration: 0,
             rollout: Some(summary),
-            update: Some(u),
-            eval: None,
-            eval_sampled: None,
             rejection: Some(rejection),
-            seconds: t0.elapsed().as_secs_f64(),
+            ..MetricsLine::cold_start("rft", u, t0.elapsed().as_secs_f64())
         });
     }
     Ok(lines)

@@ -89,7 +89,7 @@ pub fn initial_policy(
 
 /// The environments of a config (generated data, deterministic in the seed).
 pub fn pool_for(cfg: &TrainConfig) -> Result<EnvPool> {
-    EnvPool::generated(cfg.env, cfg.seed, cfg.data.pool_size())
+    EnvPool::generated(cfg.env, cfg.seed, cfg.data)
 }
 
 /// A held-out evaluation: the headline (at `train.eval_temperature`, greedy by default, as verl
