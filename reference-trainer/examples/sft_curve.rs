@@ -1,6 +1,6 @@
 //! The cold start's learning curve: SFT on the experts' demonstrations with a held-out greedy
 //! evaluation every few steps, to choose the default's model size, tokenizer and demonstration
-//! budget from measurements (the table in README's "Cold start" section comes from this).
+//! budget from measurements (the cold-start table under README's "The main job" comes from it).
 //!
 //! ```text
 //! cargo run --release -p reference-trainer --example sft_curve -- CONFIG OUT \
