@@ -1,7 +1,9 @@
 //! The cold start (spec §5 "Cold start"): supervised fine-tuning on the environments' experts'
 //! demonstrations, then rejection-sampling fine-tuning (RFT) — roll the policy out on training
 //! tasks, keep the episodes whose task score reaches the threshold, fine-tune on their
-//! (prompt, response) turns for at most 5 epochs.
+//! (prompt, response) turns for at most 5 epochs. Before it, for the random-initialised default
+//! only, [`pretrain`]: the language modelling a pretrained base model brings with it, on a
+//! generated encyclopedia about another world than the tasks'.
 
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
