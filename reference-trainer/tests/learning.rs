@@ -134,12 +134,30 @@ fn train_on(estimator: Estimator, mini_batches: usize, flip: bool) -> Vec<f64> {
         ..AdamWConfig::default()
     })
     .unwrap();
-    let report = update(
-        &policy,
-        &old,
+    let report = ppo_step(&policy, &old, &mut opt, &rows, mini_batches, 3);
+    assert_eq!(report.steps, mini_batches);
+    RESPONSES
+        .iter()
+        .zip(&before)
+        .map(|(r, b)| response_log_prob(&policy, r) - b)
+        .collect()
+}
+
+/// One PPO update of `policy` on `rows` (sampled by `old`), no entropy bonus, no KL.
+fn ppo_step(
+    policy: &Qwen3,
+    old: &Qwen3,
+    opt: &mut AdamW,
+    rows: &[TrainingRow],
+    mini_batches: usize,
+    seed: u64,
+) -> reference_trainer::train::UpdateReport {
+    update(
+        policy,
+        old,
         None,
-        &mut opt,
-        &rows,
+        opt,
+        rows,
         &LossConfig {
             entropy_coef: 0.0,
             ..LossConfig::default()
@@ -148,17 +166,11 @@ fn train_on(estimator: Estimator, mini_batches: usize, flip: bool) -> Vec<f64> {
             mini_batches,
             micro_batch_tokens: 4096,
             temperature: 1.0,
-            seed: 3,
+            seed,
         },
         |_, _| {},
     )
-    .unwrap();
-    assert_eq!(report.steps, mini_batches);
-    RESPONSES
-        .iter()
-        .zip(&before)
-        .map(|(r, b)| response_log_prob(&policy, r) - b)
-        .collect()
+    .unwrap()
 }
 
 #[test]
@@ -364,25 +376,7 @@ fn rl_curve(policy: &Qwen3, tok: &Tokenizer, iterations: usize, shuffle: bool) -
             }
         }
         let rows = flatten_rows(&records, &adv, false).unwrap();
-        let report = update(
-            policy,
-            &old,
-            None,
-            &mut opt,
-            &rows,
-            &LossConfig {
-                entropy_coef: 0.0,
-                ..LossConfig::default()
-            },
-            &UpdateConfig {
-                mini_batches: 2,
-                micro_batch_tokens: 4096,
-                temperature: 1.0,
-                seed: it as u64,
-            },
-            |_, _| {},
-        )
-        .unwrap();
+        let report = ppo_step(policy, &old, &mut opt, &rows, 2, it as u64);
         // rollout_probs_diff (verl): the sampler's token probabilities against the training
         // forward's on the same weights, f32 on the CPU.
         assert!(
