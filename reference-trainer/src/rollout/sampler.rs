@@ -289,19 +289,6 @@ fn inverse_temperature(params: &SamplingParams) -> f32 {
     }
 }
 
-/// The first index of the row's largest entry (NaN entries are never picked).
-fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    let mut best_v = f32::NEG_INFINITY;
-    for (i, &v) in row.iter().enumerate() {
-        if v > best_v {
-            best = i;
-            best_v = v;
-        }
-    }
-    best
-}
-
 /// `log softmax(row / T)[token]`.
 fn log_prob(params: &SamplingParams, sc: &mut RowScratch, row: &[f32], token: u32) -> f32 {
     let inv_t = inverse_temperature(params);
@@ -322,7 +309,9 @@ fn draw(
     let (max, total) = sc.exp_pass(row, inv_t);
     let u: f64 = rng.random::<f64>();
     if params.temperature == 0.0 {
-        let token = argmax(row);
+        // The first entry equal to the row's maximum, which the exp pass has found (NaN
+        // entries are neither the maximum nor equal to it): the argmax, ties to the lowest id.
+        let token = row.iter().position(|&v| v == max).unwrap_or(0);
         return (token as u32, (row[token] - max) - total.ln() as f32);
     }
     let probs = &sc.probs;
