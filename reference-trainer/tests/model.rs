@@ -447,3 +447,87 @@ fn the_frozen_copy_does_not_move_when_the_policy_does() {
         0.0
     );
 }
+
+/// transformers 5 writes `rope_parameters: {rope_theta, rope_type}` and `dtype` in place of the
+/// top-level `rope_theta` and `torch_dtype` of transformers 4 (what `save_pretrained` gives for
+/// a Qwen3 folder today). Such a folder loads to the same model; a RoPE variant we do not
+/// implement, or two spellings that disagree, is refused naming the key.
+#[test]
+fn transformers_5_rope_parameters_load() {
+    let model = Qwen3::random(tiny(true), 3, DType::F32, &Device::Cpu).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    checkpoint::save(&model, dir.path(), usize::MAX).unwrap();
+    let cfg_path = dir.path().join("config.json");
+    let v4: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let theta = v4["rope_theta"].clone();
+    let write = |edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+        let mut v = v4.clone();
+        edit(v.as_object_mut().unwrap());
+        std::fs::write(&cfg_path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    };
+
+    // transformers 5 form: no top-level key.
+    write(&|o| {
+        let t = o.remove("rope_theta").unwrap();
+        o.remove("rope_scaling");
+        let dtype = o.remove("torch_dtype").unwrap();
+        o.insert("dtype".into(), dtype);
+        o.insert(
+            "rope_parameters".into(),
+            serde_json::json!({"rope_theta": t, "rope_type": "default"}),
+        );
+    });
+    let loaded = checkpoint::load(dir.path(), DType::F32, &Device::Cpu).unwrap();
+    assert_eq!(
+        loaded.config().rope_theta,
+        theta.as_f64().unwrap(),
+        "rope_theta from rope_parameters"
+    );
+    same_logits(&model, &loaded);
+    // Saving keeps transformers 5's object and adds the top-level key; that folder loads too.
+    let dir2 = tempfile::tempdir().unwrap();
+    checkpoint::save(&loaded, dir2.path(), usize::MAX).unwrap();
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir2.path().join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved["rope_parameters"]["rope_theta"], theta);
+    assert_eq!(saved["rope_theta"], theta);
+    same_logits(
+        &model,
+        &checkpoint::load(dir2.path(), DType::F32, &Device::Cpu).unwrap(),
+    );
+
+    // Both spellings, agreeing: fine.
+    write(&|o| {
+        let t = o["rope_theta"].clone();
+        o.insert(
+            "rope_parameters".into(),
+            serde_json::json!({"rope_theta": t, "rope_type": "default"}),
+        );
+    });
+    checkpoint::load(dir.path(), DType::F32, &Device::Cpu).unwrap();
+
+    // Disagreeing, a scaled RoPE, a malformed object: refused, naming the key.
+    for (params, key) in [
+        (
+            serde_json::json!({"rope_theta": 10000.0, "rope_type": "default"}),
+            "rope_parameters.rope_theta",
+        ),
+        (
+            serde_json::json!({"rope_theta": theta, "rope_type": "yarn", "factor": 4.0}),
+            "rope_parameters.rope_type",
+        ),
+        (serde_json::json!([1, 2]), "rope_parameters"),
+    ] {
+        write(&|o| {
+            o.insert("rope_parameters".into(), params.clone());
+        });
+        let e = checkpoint::load(dir.path(), DType::F32, &Device::Cpu).unwrap_err();
+        assert!(
+            matches!(&e, Error::Config { key: k, .. } if k == key)
+                && e.to_string().contains("config.json"),
+            "{key}: {e}"
+        );
+    }
+}

@@ -127,13 +127,76 @@ impl Qwen3Config {
     }
 
     /// Parses `config.json` text; `path` names the file in errors.
+    ///
+    /// Both spellings of the RoPE base load: the top-level `rope_theta` of transformers 4, and
+    /// the `rope_parameters: {rope_theta, rope_type}` object transformers 5 writes instead (kept
+    /// verbatim in `extra`, so a save writes it back beside the top-level key). Only
+    /// `rope_type = "default"` (plain RoPE) is accepted; when both spellings are present they
+    /// must agree.
     pub fn from_json(text: &str, path: &Path) -> Result<Self> {
-        let cfg: Self = serde_json::from_str(text).map_err(|e| Error::Json {
+        let not_config = |e: serde_json::Error| Error::Json {
             path: path.into(),
             message: format!("not a Qwen3 config.json: {e}"),
-        })?;
+        };
+        let mut value: serde_json::Value = serde_json::from_str(text).map_err(not_config)?;
+        Self::lift_rope_parameters(&mut value, path)?;
+        let cfg: Self = serde_json::from_value(value).map_err(not_config)?;
         cfg.validate(path)?;
         Ok(cfg)
+    }
+
+    /// Reads transformers 5's `rope_parameters` into the top-level `rope_theta` the forward
+    /// uses (see [`Self::from_json`]).
+    fn lift_rope_parameters(value: &mut serde_json::Value, path: &Path) -> Result<()> {
+        let bad = |key: &str, message: String| Error::Config {
+            path: path.into(),
+            key: key.into(),
+            message,
+        };
+        let Some(obj) = value.as_object_mut() else {
+            return Ok(()); // serde names the shape error
+        };
+        let params = match obj.get("rope_parameters") {
+            None | Some(serde_json::Value::Null) => return Ok(()),
+            Some(serde_json::Value::Object(p)) => p.clone(),
+            Some(other) => {
+                return Err(bad(
+                    "rope_parameters",
+                    format!("{other}: expected an object {{rope_theta, rope_type}}"),
+                ))
+            }
+        };
+        match params.get("rope_type").and_then(|t| t.as_str()) {
+            None | Some("default") => {}
+            Some(other) => {
+                return Err(bad(
+                    "rope_parameters.rope_type",
+                    format!("{other:?}: only \"default\" (plain RoPE) is supported"),
+                ))
+            }
+        }
+        let Some(theta) = params.get("rope_theta") else {
+            return Ok(()); // the top-level key, if any, decides
+        };
+        let Some(theta_f) = theta.as_f64() else {
+            return Err(bad(
+                "rope_parameters.rope_theta",
+                format!("{theta}: must be a number"),
+            ));
+        };
+        match obj.get("rope_theta") {
+            None | Some(serde_json::Value::Null) => {
+                obj.insert("rope_theta".into(), theta.clone());
+            }
+            Some(top) if top.as_f64() == Some(theta_f) => {}
+            Some(top) => {
+                return Err(bad(
+                    "rope_parameters.rope_theta",
+                    format!("{theta} disagrees with the top-level rope_theta = {top}"),
+                ))
+            }
+        }
+        Ok(())
     }
 
     /// Checks that this is a Qwen3 config the forward can run.
