@@ -644,6 +644,25 @@ impl Tokenizer {
         write_atomic(&dir.join("tokenizer_config.json"), config_json.as_bytes())
     }
 
+    /// Writes `generation_config.json` into a checkpoint folder: `eos_token_id` =
+    /// [`<|im_end|>`, `<|endoftext|>`] and `pad_token_id` = `<|endoftext|>`, the ids Qwen3's
+    /// own file names, so transformers' `generate` stops at the end of a turn (without this file
+    /// it reads `eos_token_id` from `config.json`, which does not know the tokenizer). No
+    /// sampling defaults are written: `generate` stays greedy unless asked, as verl validates.
+    pub fn save_generation_config(&self, dir: impl AsRef<Path>) -> Result<(), TokenizerError> {
+        let dir = dir.as_ref();
+        let ct = self.control_tokens()?;
+        let text = serde_json::to_string_pretty(&serde_json::json!({
+            "eos_token_id": [ct.im_end, ct.endoftext],
+            "pad_token_id": ct.pad,
+        }))
+        .map_err(|e| TokenizerError::Serialize {
+            what: "generation_config.json",
+            message: e.to_string(),
+        })?;
+        write_atomic(&dir.join("generation_config.json"), text.as_bytes())
+    }
+
     /// The `tokenizer.json` text [`Tokenizer::save`] writes (pretty-printed, vocabulary in id
     /// order, so equal tokenizers give equal bytes).
     pub fn to_json(&self) -> Result<String, TokenizerError> {
@@ -1238,6 +1257,25 @@ mod tests {
         assert_eq!(ct.pad, id(ENDOFTEXT));
         assert_eq!(ct.im_start, id(IM_START));
         assert_eq!(tok.decode(&ct.forced_queue).unwrap(), "</think>\n<action>");
+    }
+
+    #[test]
+    fn generation_config_names_the_turn_end() {
+        let tok = built();
+        let ct = tok.control_tokens().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        tok.save_generation_config(dir.path()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(
+            &fs::read_to_string(dir.path().join("generation_config.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            v["eos_token_id"],
+            serde_json::json!([ct.im_end, ct.endoftext])
+        );
+        assert_eq!(v["pad_token_id"], serde_json::json!(ct.endoftext));
+        assert_eq!(tok.id_of(IM_END), Some(ct.im_end));
+        assert_eq!(v.as_object().unwrap().len(), 2, "no sampling defaults: {v}");
     }
 
     #[test]

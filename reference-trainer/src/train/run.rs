@@ -314,6 +314,7 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
             }
             checkpoint::save(&policy, &cold_dir, usize::MAX)?;
             tokenizer.save(&cold_dir)?;
+            tokenizer.save_generation_config(&cold_dir)?;
             let t0 = std::time::Instant::now();
             let before = evaluate(&policy, &tokenizer, &pool, &cfg, rep)?;
             rep.line(&format!(

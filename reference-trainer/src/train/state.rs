@@ -112,6 +112,7 @@ pub fn save(
         fs::create_dir(&tmp).map_err(|e| Error::io(&tmp, e))?;
         checkpoint::save(model, &tmp, usize::MAX)?;
         tokenizer.save(&tmp)?;
+        tokenizer.save_generation_config(&tmp)?;
         let (moments, step) = opt.state();
         let mut named: Vec<(&str, &Tensor)> =
             moments.iter().map(|(k, t)| (k.as_str(), t)).collect();
