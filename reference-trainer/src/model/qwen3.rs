@@ -158,7 +158,7 @@ impl Qwen3Config {
         };
         let params = match obj.get("rope_parameters") {
             None | Some(serde_json::Value::Null) => return Ok(()),
-            Some(serde_json::Value::Object(p)) => p.clone(),
+            Some(serde_json::Value::Object(p)) => p,
             Some(other) => {
                 return Err(bad(
                     "rope_parameters",
@@ -175,7 +175,8 @@ impl Qwen3Config {
                 ))
             }
         }
-        let Some(theta) = params.get("rope_theta") else {
+        // Only the θ value is taken out (the object itself stays in `extra`).
+        let Some(theta) = params.get("rope_theta").cloned() else {
             return Ok(()); // the top-level key, if any, decides
         };
         let Some(theta_f) = theta.as_f64() else {
@@ -186,7 +187,7 @@ impl Qwen3Config {
         };
         match obj.get("rope_theta") {
             None | Some(serde_json::Value::Null) => {
-                obj.insert("rope_theta".into(), theta.clone());
+                obj.insert("rope_theta".into(), theta);
             }
             Some(top) if top.as_f64() == Some(theta_f) => {}
             Some(top) => {
