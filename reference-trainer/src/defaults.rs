@@ -88,7 +88,7 @@ pub fn corpus(seed: u64, episodes: usize) -> Result<Vec<String>> {
 
 /// The default tokenizer for `seed`: loaded from the cache, or trained on [`corpus`] and cached.
 pub fn tokenizer(seed: u64) -> Result<Tokenizer> {
-    let dir = cache_dir().join(format!("default-tokenizer-v2-seed{seed}-vocab{VOCAB}"));
+    let dir = cache_dir().join(format!("default-tokenizer-v3-seed{seed}-vocab{VOCAB}"));
     if let Ok(t) = Tokenizer::load(dir.join("tokenizer.json")) {
         return Ok(t);
     }

@@ -35,7 +35,7 @@ fn concurrent_runs_share_one_cached_index_and_a_broken_cache_is_rebuilt() {
     let cache = tempfile::tempdir().unwrap();
     std::env::set_var("T2PO_CACHE", cache.path());
     assert_eq!(cache_dir(), cache.path());
-    let folder = cache.path().join("search-index-v1-seed11-passages400");
+    let folder = cache.path().join("search-index-v2-seed11-passages400");
 
     // Four runs build the same cache at once (each into its own temporary folder).
     let pools: Vec<EnvPool> = std::thread::scope(|s| {

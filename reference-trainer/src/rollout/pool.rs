@@ -174,7 +174,7 @@ impl EnvPool {
             EnvKind::Search => {
                 let world = World::generate(seed, size.passages);
                 let folder = cache_dir().join(format!(
-                    "search-index-v1-seed{seed}-passages{}",
+                    "search-index-v2-seed{seed}-passages{}",
                     size.passages
                 ));
                 // A cache this crate owns: validated on open (checksums, passage count), rebuilt

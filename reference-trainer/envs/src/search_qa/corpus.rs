@@ -139,12 +139,70 @@ pub struct World {
     pub passages: Vec<Passage>,
 }
 
+/// Name lists: `fake`'s English locale (first names, last names, countries, city affixes), so
+/// entities read like the real datasets' names and split into few BPE pieces, as real names do
+/// for a real tokenizer (issue 22: random-syllable names were copied only approximately).
+/// Entries with anything but letters and spaces are left out (the expert's patterns stop at '.').
+struct Lists {
+    first: Vec<&'static str>,
+    last: Vec<&'static str>,
+    countries: Vec<&'static str>,
+    city_prefix: &'static [&'static str],
+    city_suffix: &'static [&'static str],
+}
+
+impl Lists {
+    fn get() -> &'static Lists {
+        use fake::locales::{Data, EN};
+        static LISTS: std::sync::OnceLock<Lists> = std::sync::OnceLock::new();
+        fn plain(xs: &'static [&'static str]) -> Vec<&'static str> {
+            let mut seen = HashSet::new();
+            xs.iter()
+                .copied()
+                .filter(|x| {
+                    !x.is_empty()
+                        && x.chars().all(|c| c.is_ascii_alphabetic() || c == ' ')
+                        && seen.insert(x.to_lowercase())
+                })
+                .collect()
+        }
+        LISTS.get_or_init(|| {
+            let first = plain(<EN as Data>::NAME_FIRST_NAME);
+            let last = plain(<EN as Data>::NAME_LAST_NAME);
+            // A country that is also a first or last name ("Chad", "Georgia") would make a
+            // person's name contain a country's: no question may name two entities.
+            let person_words: HashSet<String> =
+                first.iter().chain(&last).map(|w| w.to_lowercase()).collect();
+            let countries = plain(<EN as Data>::ADDRESS_COUNTRY)
+                .into_iter()
+                .filter(|c| {
+                    c.split(' ')
+                        .all(|w| !person_words.contains(&w.to_lowercase()))
+                })
+                .collect();
+            Lists {
+                first,
+                last,
+                countries,
+                city_prefix: <EN as Data>::ADDRESS_CITY_PREFIX,
+                city_suffix: <EN as Data>::ADDRESS_CITY_SUFFIX,
+            }
+        })
+    }
+}
+
+/// Draws the names of one world, each unique (case-insensitively) within it.
 struct Names {
     rng: Rng,
     used: HashSet<String>,
 }
 
+/// Draws of a list-built name before falling back to a random-syllable one (only a world larger
+/// than the lists' combinations ever gets there: ~1.4 M people, ~130 K cities).
+const NAME_TRIES: usize = 64;
+
 impl Names {
+    /// A random-syllable word (the fallback when the lists run out).
     fn word(&mut self, syllables: usize) -> String {
         const ON: [&str; 20] = [
             "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br",
@@ -165,14 +223,93 @@ impl Names {
         }
     }
 
-    /// A fresh name not used before in this world.
-    fn unique(&mut self, make: impl Fn(&mut Self) -> String) -> String {
-        loop {
+    /// A fresh name not used before in this world: `make` up to [`NAME_TRIES`] times, then
+    /// `fallback` until one is fresh.
+    fn unique(
+        &mut self,
+        make: impl Fn(&mut Self) -> String,
+        fallback: impl Fn(&mut Self) -> String,
+    ) -> String {
+        for _ in 0..NAME_TRIES {
             let n = make(self);
             if self.used.insert(n.to_lowercase()) {
                 return n;
             }
         }
+        loop {
+            let n = fallback(self);
+            if self.used.insert(n.to_lowercase()) {
+                return n;
+            }
+        }
+    }
+
+    fn syllables(&mut self) -> String {
+        let syl = 2 + self.rng.below(2);
+        self.word(syl)
+    }
+
+    /// A country: a real country's name (the facts about it are invented).
+    fn country(&mut self) -> String {
+        let l = Lists::get();
+        self.unique(|s| s.rng.pick(&l.countries).to_string(), Self::syllables)
+    }
+
+    /// A city as `fake` builds them: `[Prefix ]Name+suffix` ("Port Aaronville", "Abbottburgh").
+    fn city(&mut self) -> String {
+        let l = Lists::get();
+        self.unique(
+            |s| {
+                let stem = if s.rng.below(2) == 0 {
+                    s.rng.pick(&l.first)
+                } else {
+                    s.rng.pick(&l.last)
+                };
+                let suffix = s.rng.pick(l.city_suffix);
+                if s.rng.below(4) == 0 {
+                    format!("{} {stem}{suffix}", s.rng.pick(l.city_prefix))
+                } else {
+                    format!("{stem}{suffix}")
+                }
+            },
+            Self::syllables,
+        )
+    }
+
+    /// A person's (first, last) name, the full name unique in the world.
+    fn person(&mut self) -> (String, String) {
+        let l = Lists::get();
+        let full = self.unique(
+            |s| format!("{} {}", s.rng.pick(&l.first), s.rng.pick(&l.last)),
+            |s| {
+                let first = s.rng.pick(&l.first);
+                format!("{first} {}", s.syllables())
+            },
+        );
+        let (first, last) = full.split_once(' ').expect("a full name has a space");
+        (first.to_string(), last.to_string())
+    }
+
+    /// A company: `Last Kind` or `Last and Last` (after `fake`'s company templates; the second
+    /// form has no kind so that no company's name contains another's, as "A and B Group" would
+    /// contain "B Group").
+    fn company(&mut self) -> String {
+        const KINDS: [&str; 5] = ["Works", "Holdings", "Company", "Industries", "Group"];
+        let l = Lists::get();
+        self.unique(
+            |s| {
+                let a = s.rng.pick(&l.last);
+                if s.rng.below(3) == 0 {
+                    format!("{a} and {}", s.rng.pick(&l.last))
+                } else {
+                    format!("{a} {}", s.rng.pick(&KINDS))
+                }
+            },
+            |s| {
+                let w = s.word(2);
+                format!("{w} {}", s.rng.pick(&KINDS))
+            },
+        )
     }
 }
 
@@ -192,10 +329,7 @@ impl World {
 
         let mut countries: Vec<Country> = (0..n_countries)
             .map(|_| {
-                let name = names.unique(|s| {
-                    let syl = 2 + s.rng.below(2);
-                    s.word(syl)
-                });
+                let name = names.country();
                 let official = format!(
                     "{} of {name}",
                     rng.pick(&["Republic", "Kingdom", "Federation", "Commonwealth"])
@@ -209,10 +343,7 @@ impl World {
             .collect();
         let cities: Vec<City> = (0..n_cities)
             .map(|i| City {
-                name: names.unique(|s| {
-                    let syl = 2 + s.rng.below(2);
-                    s.word(syl)
-                }),
+                name: names.city(),
                 // Every country gets at least one city (its capital).
                 country: if i < n_countries {
                     i
@@ -227,11 +358,7 @@ impl World {
         }
         let mut people: Vec<Person> = (0..n_people)
             .map(|_| {
-                let first = names.word(2);
-                let last = names.unique(|s| {
-                    let syl = 2 + s.rng.below(2);
-                    s.word(syl)
-                });
+                let (first, last) = names.person();
                 Person {
                     initial: (b'A' + rng.below(26) as u8) as char,
                     first,
@@ -245,11 +372,7 @@ impl World {
             .collect();
         let companies: Vec<Company> = (0..n_companies)
             .map(|_| {
-                let name = names.unique(|s| {
-                    let w = s.word(2);
-                    let kind = s.rng.pick(&["Works", "Holdings", "Company", "Industries"]);
-                    format!("{w} {kind}")
-                });
+                let name = names.company();
                 Company {
                     name,
                     founder: rng.below(n_people.max(1)),
