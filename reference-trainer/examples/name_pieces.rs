@@ -12,9 +12,7 @@ use reference_trainer::rollout::EnvKind;
 use t2po_envs::search_qa::corpus::{Subjects, World};
 
 fn main() -> Result<()> {
-    let seed: u64 = std::env::args()
-        .nth(1)
-        .map_or(Ok(2026), |s| s.parse())?;
+    let seed: u64 = std::env::args().nth(1).map_or(Ok(2026), |s| s.parse())?;
     let size = defaults::pool_size(EnvKind::Search)?;
     let tok = defaults::tokenizer(seed)?;
     let world = World::generate(seed, size.passages);

@@ -171,8 +171,11 @@ impl Lists {
             let last = plain(<EN as Data>::NAME_LAST_NAME);
             // A country that is also a first or last name ("Chad", "Georgia") would make a
             // person's name contain a country's: no question may name two entities.
-            let person_words: HashSet<String> =
-                first.iter().chain(&last).map(|w| w.to_lowercase()).collect();
+            let person_words: HashSet<String> = first
+                .iter()
+                .chain(&last)
+                .map(|w| w.to_lowercase())
+                .collect();
             let countries = plain(<EN as Data>::ADDRESS_COUNTRY)
                 .into_iter()
                 .filter(|c| {
@@ -807,6 +810,10 @@ pub fn read_questions(path: &Path, default_source: &str) -> Result<Vec<Question>
 mod tests {
     use super::*;
 
+    /// The first country, city, company and person of `World::generate(7, 500)`.
+    const PINNED_FIRST_NAMES: [&str; 4] =
+        ["Yemen", "Monteberg", "Blanda Group", "Freddie Williamson"];
+
     #[test]
     fn deterministic_and_shaped() {
         let a = World::generate(7, 500);
@@ -824,6 +831,51 @@ mod tests {
         assert!(qs.iter().all(|q| !q.golden_answers.is_empty()));
         let titles: HashSet<&str> = a.passages.iter().map(Passage::title).collect();
         assert_eq!(titles.len(), a.passages.len(), "titles are unique");
+    }
+
+    /// The names come from `fake`'s lists through our seeded RNG: the same world on every
+    /// machine and build, and a change to the lists (a `fake` upgrade) fails here instead of
+    /// silently changing every generated task, cached tokenizer and index.
+    #[test]
+    fn names_are_realistic_unique_and_pinned() {
+        let w = World::generate(7, 500);
+        let titles: Vec<&str> = w.passages.iter().map(Passage::title).collect();
+        let country = w.countries.len();
+        let city = country + w.cities.len();
+        let company = city + w.companies.len();
+        let firsts = [titles[0], titles[country], titles[city], titles[company]];
+        assert_eq!(firsts, PINNED_FIRST_NAMES, "the generated names changed");
+        let lists = Lists::get();
+        for p in &w.people {
+            assert!(lists.first.contains(&p.first.as_str()), "{}", p.first);
+            assert!(lists.last.contains(&p.last.as_str()), "{}", p.last);
+        }
+        for c in &w.countries {
+            assert!(lists.countries.contains(&c.name.as_str()), "{}", c.name);
+        }
+        for t in &titles {
+            assert!(
+                t.chars().all(|c| c.is_ascii_alphabetic() || c == ' '),
+                "{t}"
+            );
+        }
+        // When a list's combinations run out, names fall back to syllables and stay unique.
+        let mut names = Names {
+            rng: Rng::new(1),
+            used: HashSet::new(),
+        };
+        let drawn: HashSet<String> = (0..50)
+            .map(|_| names.unique(|_| "Oman".to_string(), Names::syllables))
+            .collect();
+        assert_eq!(drawn.len(), 50);
+        assert!(drawn.contains("Oman"));
+        let big = World::generate(1, 20_000);
+        let titles: HashSet<String> = big
+            .passages
+            .iter()
+            .map(|p| p.title().to_lowercase())
+            .collect();
+        assert_eq!(titles.len(), big.passages.len());
     }
 
     #[test]
