@@ -201,7 +201,8 @@ struct Names {
 }
 
 /// Draws of a list-built name before falling back to a random-syllable one (only a world larger
-/// than the lists' combinations ever gets there: ~1.4 M people, ~130 K cities).
+/// than the lists' combinations ever gets there: ~1.4 M people, ~500 K cities, ~220 K companies;
+/// a world has at most 200 countries, fewer than the list holds).
 const NAME_TRIES: usize = 64;
 
 impl Names {
