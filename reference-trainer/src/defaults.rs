@@ -56,7 +56,21 @@ pub fn model_config(vocab: usize) -> Qwen3Config {
 
 /// The default model: random weights from `seed`, sized to the tokenizer.
 pub fn model(tokenizer: &Tokenizer, seed: u64, device: &Device) -> Result<Qwen3> {
-    Qwen3::random(model_config(tokenizer.id_bound()), seed, DType::F32, device)
+    let mut cfg = model_config(tokenizer.id_bound());
+    name_special_tokens(&mut cfg, tokenizer)?;
+    Qwen3::random(cfg, seed, DType::F32, device)
+}
+
+/// Writes the tokenizer's `bos_token_id` (`<|endoftext|>`) and `eos_token_id` (`<|im_end|>`)
+/// into a random-initialised model's config, as Qwen3's own `config.json` carries them, so a
+/// saved checkpoint names its turn end to transformers even without `generation_config.json`.
+pub fn name_special_tokens(cfg: &mut Qwen3Config, tokenizer: &Tokenizer) -> Result<()> {
+    let ct = tokenizer.control_tokens()?;
+    cfg.extra
+        .insert("bos_token_id".into(), serde_json::json!(ct.endoftext));
+    cfg.extra
+        .insert("eos_token_id".into(), serde_json::json!(ct.im_end));
+    Ok(())
 }
 
 /// Expert episodes per environment in the default tokenizer's text.

@@ -28,6 +28,15 @@ fn the_default_rolls_out_on_every_environment_deterministically() {
         "{}",
         model.num_parameters()
     );
+    // Its config names the turn end as Qwen3's config.json does (bos <|endoftext|>, eos
+    // <|im_end|>), and a saved folder keeps it.
+    let dir = tempfile::tempdir().unwrap();
+    reference_trainer::model::checkpoint::save(&model, dir.path(), usize::MAX).unwrap();
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved["eos_token_id"], serde_json::json!(c.im_end));
+    assert_eq!(saved["bos_token_id"], serde_json::json!(c.endoftext));
     for env in EnvKind::ALL {
         let mut size = defaults::pool_size(env).unwrap();
         size.products = 200;

@@ -140,6 +140,13 @@ fn every_environment_trains_end_to_end() {
         }
         assert!(out.join("results.md").is_file());
         assert!(out.join("cold-start").join("model.safetensors").is_file());
+        // Both checkpoint kinds name the turn end in config.json, as Qwen3's does.
+        for folder in ["cold-start", "checkpoints/iter-000002"] {
+            let text = std::fs::read_to_string(out.join(folder).join("config.json")).unwrap();
+            let cfg: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert!(cfg["eos_token_id"].is_u64(), "{folder}: {text}");
+            assert!(cfg["bos_token_id"].is_u64(), "{folder}: {text}");
+        }
         let latest = std::fs::read_to_string(out.join("checkpoints").join("latest")).unwrap();
         assert_eq!(latest, "iter-000002");
         // The checkpoint is a Hugging Face folder `eval` loads; with the run's config (which

@@ -81,7 +81,8 @@ pub fn initial_policy(
         }
         None => {
             let tok = defaults::tokenizer(cfg.seed)?;
-            let mcfg = cfg.model_config(tok.id_bound(), defaults::MAX_POSITIONS);
+            let mut mcfg = cfg.model_config(tok.id_bound(), defaults::MAX_POSITIONS);
+            defaults::name_special_tokens(&mut mcfg, &tok)?;
             Ok((Qwen3::random(mcfg, cfg.seed, DType::F32, device)?, tok))
         }
     }
