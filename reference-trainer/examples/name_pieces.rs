@@ -9,7 +9,7 @@
 use anyhow::Result;
 use reference_trainer::defaults;
 use reference_trainer::rollout::EnvKind;
-use t2po_envs::search_qa::corpus::{Subjects, World};
+use t2po_envs::search_qa::corpus::World;
 
 fn main() -> Result<()> {
     let seed: u64 = std::env::args().nth(1).map_or(Ok(2026), |s| s.parse())?;
@@ -17,18 +17,10 @@ fn main() -> Result<()> {
     let tok = defaults::tokenizer(seed)?;
     let world = World::generate(seed, size.passages);
     let splits = [
-        (
-            "train",
-            // The training split keeps two of the seven sources (SearchQaEnv::generated_splits).
-            world
-                .questions_about(seed, size.train_questions, Subjects::Train)
-                .into_iter()
-                .filter(|q| q.data_source == "nq" || q.data_source == "hotpotqa")
-                .collect::<Vec<_>>(),
-        ),
+        ("train", world.train_questions(seed, size.train_questions)),
         (
             "held-out",
-            world.questions_about(!seed, size.held_out_questions, Subjects::HeldOut),
+            world.held_out_questions(seed, size.held_out_questions),
         ),
     ];
     println!("| split | answers | pieces/answer | pieces/char | examples |");

@@ -56,6 +56,8 @@ pub struct Question {
 pub const GENERAL_SOURCES: [&str; 3] = ["nq", "triviaqa", "popqa"];
 /// Multi-hop dataset roles.
 pub const MULTI_HOP_SOURCES: [&str; 4] = ["hotpotqa", "2wikimultihopqa", "musique", "bamboogle"];
+/// The roles Search-R1 trains on (NQ and HotpotQA); the others are evaluation-only.
+pub const TRAIN_SOURCES: [&str; 2] = ["nq", "hotpotqa"];
 
 const OCCUPATIONS: [&str; 12] = [
     "painter",
@@ -493,6 +495,22 @@ impl World {
     /// bridge and comparison for the multi-hop ones, about any entity.
     pub fn questions(&self, seed: u64, count: usize) -> Vec<Question> {
         self.questions_about(seed, count, Subjects::All)
+    }
+
+    /// The training questions of Search-R1's recipe: the [`TRAIN_SOURCES`] roles only, about
+    /// training subjects ([`Subjects::Train`]), `per_source` of each, from `seed`.
+    pub fn train_questions(&self, seed: u64, per_source: usize) -> Vec<Question> {
+        self.questions_about(seed, per_source, Subjects::Train)
+            .into_iter()
+            .filter(|q| TRAIN_SOURCES.contains(&q.data_source.as_str()))
+            .collect()
+    }
+
+    /// The held-out questions: every role of the evaluation about held-out subjects
+    /// ([`Subjects::HeldOut`]), `per_source` of each, from the seed `!seed` (so they never
+    /// share draws with [`train_questions`](Self::train_questions) for the same seed).
+    pub fn held_out_questions(&self, seed: u64, per_source: usize) -> Vec<Question> {
+        self.questions_about(!seed, per_source, Subjects::HeldOut)
     }
 
     /// [`questions`](Self::questions) whose subjects (the entities a question names) are all in

@@ -14,7 +14,7 @@ pub mod server;
 
 use crate::error::EnvError;
 use crate::{Env, HistoryEntry, Info, Observation, Projected, Splits, Transition, WithExpert};
-use corpus::{Question, Subjects, World};
+use corpus::{Question, World};
 use em::AnswerScope;
 use expert::ExpertSession;
 use regex::Regex;
@@ -231,7 +231,7 @@ impl SearchQaEnv {
     /// roles only (`train_per_source` questions of each, ids prefixed `train_`, from `seed`);
     /// held out is every role of the evaluation, the three general (single-hop) and the four
     /// multi-hop ones (`held_out_per_source` each, from the seed `!seed`). The two sets ask
-    /// about disjoint entities ([`Subjects`]: one in [`corpus::HELD_OUT_EVERY`] of each kind is
+    /// about disjoint entities ([`corpus::Subjects`]: one in [`corpus::HELD_OUT_EVERY`] of each kind is
     /// held out), so a held-out question needs the search skill, never a remembered fact.
     pub fn generated_splits(
         world: &World,
@@ -241,15 +241,14 @@ impl SearchQaEnv {
         seed: u64,
     ) -> Result<Splits<Self>, EnvError> {
         let train: Vec<Question> = world
-            .questions_about(seed, train_per_source, Subjects::Train)
+            .train_questions(seed, train_per_source)
             .into_iter()
-            .filter(|q| q.data_source == "nq" || q.data_source == "hotpotqa")
             .map(|q| Question {
                 id: format!("train_{}", q.id),
                 ..q
             })
             .collect();
-        let held_out = world.questions_about(!seed, held_out_per_source, Subjects::HeldOut);
+        let held_out = world.held_out_questions(seed, held_out_per_source);
         Ok(Splits {
             train: Self::new(train, retriever.clone())?,
             held_out: Self::new(held_out, retriever)?,
