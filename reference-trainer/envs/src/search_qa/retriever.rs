@@ -198,11 +198,25 @@ impl IndexBuilder {
             _ => PathBuf::from("."),
         };
         std::fs::create_dir_all(&parent).map_err(folder_error(&parent))?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let partial = parent.join(format!(".{name}.partial-{}-{nanos}", std::process::id()));
-        std::fs::create_dir(&partial).map_err(folder_error(&partial))?;
+        // A name unique to this builder: the process id, a per-process counter (threads of one
+        // process share the id and may read the same clock) and the clock (a recycled pid after a
+        // crash); a folder that exists anyway is skipped, never shared.
+        static BUILDERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let partial = loop {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let n = BUILDERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let partial = parent.join(format!(
+                ".{name}.partial-{}-{n}-{nanos}",
+                std::process::id()
+            ));
+            match std::fs::create_dir(&partial) {
+                Ok(()) => break partial,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(folder_error(&partial)(e)),
+            }
+        };
         let (schema, id, contents) = Bm25Index::schema();
         let open = |partial: &Path| -> Result<IndexWriter, RetrievalError> {
             let index = Index::create_in_dir(partial, schema)?;
