@@ -132,7 +132,8 @@ enum Command {
         /// Continue the run in --out from its latest checkpoint.
         #[arg(long)]
         resume: bool,
-        /// Start from this Hugging Face checkpoint instead of the random-initialised default.
+        /// Start from this Hugging Face checkpoint folder (Qwen3, Llama, Qwen2) or GGUF file
+        /// instead of the random-initialised default.
         #[arg(long)]
         init: Option<PathBuf>,
         /// Skip the cold start (RL alone).
@@ -147,9 +148,19 @@ enum Command {
     Rft {
         #[command(flatten)]
         run: RunArgs,
-        /// Start from this Hugging Face checkpoint instead of the random-initialised default.
+        /// Start from this Hugging Face checkpoint folder (Qwen3, Llama, Qwen2) or GGUF file
+        /// instead of the random-initialised default.
         #[arg(long)]
         init: Option<PathBuf>,
+    },
+    /// Convert a llama.cpp GGUF file (Llama, Qwen2, Qwen3; dequantised to f32) into a Hugging
+    /// Face folder: config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
+    /// generation_config.json.
+    Convert {
+        /// The GGUF file.
+        gguf: PathBuf,
+        /// The folder to write (created if missing).
+        out: PathBuf,
     },
     /// Evaluate a checkpoint on an environment split: success, task score, think tokens/turn,
     /// turns/episode, TTI and TDS rates.
@@ -200,7 +211,8 @@ enum Command {
         /// The environment.
         #[arg(long, value_enum, default_value = "search")]
         env: EnvKind,
-        /// A Hugging Face checkpoint folder (config.json, safetensors, tokenizer.json).
+        /// A Hugging Face checkpoint folder (config.json, safetensors, tokenizer.json) or a GGUF
+        /// file.
         #[arg(long)]
         checkpoint: Option<PathBuf>,
         /// The task index in the held-out split.
@@ -398,6 +410,11 @@ fn run() -> Result<()> {
             println!("cold-start policy {}", out.join("cold-start").display());
             Ok(())
         }
+        Command::Convert { gguf, out } => {
+            reference_trainer::gguf::convert(&gguf, &out)?;
+            println!("{} → {}", gguf.display(), out.display());
+            Ok(())
+        }
         Command::Eval {
             env,
             config,
@@ -538,6 +555,9 @@ fn run() -> Result<()> {
                     .context("--device cuda (a build with `--features cuda` and a GPU)")?,
             };
             let (model, tokenizer) = match &ckpt {
+                Some(file) if reference_trainer::gguf::is_gguf(file) => {
+                    reference_trainer::gguf::load(file, DType::F32, &device)?
+                }
                 Some(dir) => {
                     let model = checkpoint::load(dir, DType::F32, &device)?;
                     let tok = Tokenizer::load(dir.join("tokenizer.json"))?;

@@ -66,14 +66,15 @@ pub struct RunResult {
     pub seconds: f64,
 }
 
-/// Builds the policy a fresh run starts from: a checkpoint's, or the default tokenizer and a
-/// random model shaped by `cfg.model`.
+/// Builds the policy a fresh run starts from: a Hugging Face checkpoint folder's or a GGUF
+/// file's ([`crate::gguf`]), or the default tokenizer and a random model shaped by `cfg.model`.
 pub fn initial_policy(
     cfg: &TrainConfig,
     init: Option<&Path>,
     device: &Device,
 ) -> Result<(Qwen3, Tokenizer)> {
     match init {
+        Some(file) if crate::gguf::is_gguf(file) => crate::gguf::load(file, DType::F32, device),
         Some(dir) => {
             let model = checkpoint::load(dir, DType::F32, device)?;
             let tok = Tokenizer::load(dir.join("tokenizer.json"))?;
