@@ -236,7 +236,7 @@ fn int(v: &Value) -> Option<i64> {
 
 /// The `config.json` a Hugging Face folder of this model would hold.
 fn config_of(meta: &Meta<'_>, arch: Arch, vocab: usize, has_output: bool) -> Result<Qwen3Config> {
-    let a = arch_prefix(arch);
+    let a = arch.model_type();
     let key = |k: &str| format!("{a}.{k}");
     let hidden = meta.usize(&key("embedding_length"))?;
     let heads = meta.usize(&key("attention.head_count"))?;
@@ -307,15 +307,11 @@ fn config_of(meta: &Meta<'_>, arch: Arch, vocab: usize, has_output: bool) -> Res
     Ok(cfg)
 }
 
-/// The shortest decimal that reads back as the same f32 (as Python prints `float(np.float32)`
-/// would not, but as the source `config.json` was written).
+/// The shortest decimal that reads back as the same f32: the value the source `config.json`
+/// held before llama.cpp stored it as an f32 (`1e-5`, not `9.99999974e-6`).
 fn shortest_f32(x: f64) -> f64 {
     let f = x as f32;
     format!("{f}").parse().unwrap_or(x)
-}
-
-fn arch_prefix(arch: Arch) -> &'static str {
-    arch.model_type()
 }
 
 /// The Hugging Face name of a llama.cpp tensor name, if this model has one.
@@ -367,13 +363,14 @@ fn weights_of<R: Read + Seek>(
     let mut out = HashMap::with_capacity(names.len());
     for (name, info) in names {
         let hf = hf_name(name).ok_or_else(|| {
+            let why = if name.starts_with("rope_freqs") {
+                " (a scaled RoPE, which is not supported)"
+            } else {
+                ""
+            };
             bad(
                 name,
-                format!(
-                    "no place for it in a {} model (rope_freqs means a scaled RoPE, which is \
-                     not supported)",
-                    cfg.arch().class_name()
-                ),
+                format!("no place for it in a {}{why}", cfg.arch().class_name()),
             )
         })?;
         let t = info

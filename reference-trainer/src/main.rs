@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use clap::{Parser, Subcommand, ValueEnum};
 use reference_trainer::defaults;
-use reference_trainer::model::checkpoint;
+use reference_trainer::model::{checkpoint, Qwen3};
 use reference_trainer::rollout::{
     rollout, ControlSwitches, EnvKind, EnvPool, EpisodeSpec, ProfileName, RolloutConfig,
     SamplingParams, Split,
@@ -472,6 +472,7 @@ fn run() -> Result<()> {
             let device = device_of(device)?;
             let model = checkpoint::load(&ckpt, DType::F32, &device)?;
             let tok = Tokenizer::load(ckpt.join("tokenizer.json"))?;
+            let (model, tok) = control_tags_added(model, tok)?;
             let pool = reference_trainer::train::run::pool_for(&cfg)?;
             let mut rep = CliReporter::new(false);
             let split = match split {
@@ -556,12 +557,13 @@ fn run() -> Result<()> {
             };
             let (model, tokenizer) = match &ckpt {
                 Some(file) if reference_trainer::gguf::is_gguf(file) => {
-                    reference_trainer::gguf::load(file, DType::F32, &device)?
+                    let (model, tok) = reference_trainer::gguf::load(file, DType::F32, &device)?;
+                    control_tags_added(model, tok)?
                 }
                 Some(dir) => {
                     let model = checkpoint::load(dir, DType::F32, &device)?;
                     let tok = Tokenizer::load(dir.join("tokenizer.json"))?;
-                    (model, tok)
+                    control_tags_added(model, tok)?
                 }
                 None => {
                     let tok = defaults::tokenizer(seed)?;
@@ -642,6 +644,18 @@ fn run() -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// A user's model and tokenizer with the control tags they lack added, said on stderr.
+fn control_tags_added(model: Qwen3, tok: Tokenizer) -> Result<(Qwen3, Tokenizer)> {
+    let (model, tok, added) = reference_trainer::train::run::with_control_tags(model, tok)?;
+    if !added.is_empty() {
+        eprintln!(
+            "added to the tokenizer (new embedding rows, the mean of the others): {}",
+            added.join(" ")
+        );
+    }
+    Ok((model, tok))
 }
 
 fn print_episode(

@@ -71,6 +71,9 @@ pub const SPECIAL_TOKENS: [&str; 13] = [
     "</information>",
 ];
 
+/// The tags [`Tokenizer::control_tokens`] needs as single tokens.
+pub const CONTROL_TAGS: [&str; 5] = [THINK_OPEN, THINK_CLOSE, IM_START, IM_END, ENDOFTEXT];
+
 /// Qwen2/Qwen3's pre-tokenization regex, verbatim from their `tokenizer.json`.
 ///
 /// Contractions, letter runs with one optional leading non-letter, single digits, punctuation
@@ -845,6 +848,44 @@ impl Tokenizer {
     /// [`CHAT_TEMPLATE`] renders with `add_generation_prompt=True`.
     pub fn chat_prompt(&self, user_message: &str) -> String {
         format!("{IM_START}user\n{user_message}{IM_END}\n{IM_START}assistant\n")
+    }
+
+    /// This tokenizer with every tag of [`CONTROL_TAGS`] that is not already a single token
+    /// added as one, at the next free ids (from [`Tokenizer::id_bound`] on, for a tag the
+    /// vocabulary lacks); returns the tags added. A Llama's or Qwen2's tokenizer has the chat
+    /// tags but not `<think>`/`</think>`, which [`Tokenizer::control_tokens`] needs. The think
+    /// tags are added as Qwen3 holds them (not special: transformers' `skip_special_tokens`
+    /// keeps them), the chat tags as special tokens.
+    pub fn with_control_tags(mut self) -> Result<(Self, Vec<String>), TokenizerError> {
+        let mut added = Vec::new();
+        for tag in CONTROL_TAGS {
+            let single = match self.id_of(tag) {
+                Some(id) => self.encode(tag)? == [id],
+                None => false,
+            };
+            if single {
+                continue;
+            }
+            let special = tag != THINK_OPEN && tag != THINK_CLOSE;
+            let token = AddedToken::from(tag, special).normalized(false);
+            if special {
+                self.inner.add_special_tokens(vec![token])
+            } else {
+                self.inner.add_tokens(vec![token])
+            }
+            .map_err(|source| TokenizerError::Build {
+                component: "added control tag",
+                source,
+            })?;
+            added.push(tag.to_string());
+        }
+        if added.is_empty() {
+            return Ok((self, added));
+        }
+        let source_config = self.source_config.take();
+        let mut tok = Self::from_inner(self.inner, self.model_max_length);
+        tok.source_config = source_config;
+        Ok((tok, added))
     }
 
     /// Derives the [`ControlTokens`] from this tokenizer.

@@ -149,6 +149,8 @@ struct Edit {
     drop_key: Option<&'static str>,
     architecture: Option<&'static str>,
     extra_tensor: Option<&'static str>,
+    /// Another vocabulary than [`vocab`], and its `tokenizer.ggml.pre`.
+    vocab: Option<(Vocab, &'static str)>,
 }
 
 /// Writes `model` as llama.cpp would: its metadata, its names, Llama's q/k rows permuted, the
@@ -157,7 +159,17 @@ fn write_gguf(model: &Qwen3, quant: GgmlDType, path: &Path, edit: &Edit) {
     let cfg = model.config();
     let arch = edit.architecture.unwrap_or(cfg.arch().model_type());
     let a = cfg.arch().model_type();
-    let v = vocab();
+    let (v, pre) = match &edit.vocab {
+        Some((v, pre)) => (
+            Vocab {
+                tokens: v.tokens.clone(),
+                types: v.types.clone(),
+                merges: v.merges.clone(),
+            },
+            *pre,
+        ),
+        None => (vocab(), "smollm"),
+    };
     let u32v = |x: usize| Value::U32(x as u32);
     let mut meta: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String(arch.into())),
@@ -190,7 +202,7 @@ fn write_gguf(model: &Qwen3, quant: GgmlDType, path: &Path, edit: &Edit) {
             Value::F32(cfg.rms_norm_eps as f32),
         ),
         ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
-        ("tokenizer.ggml.pre".into(), Value::String("smollm".into())),
+        ("tokenizer.ggml.pre".into(), Value::String(pre.into())),
         (
             "tokenizer.ggml.tokens".into(),
             Value::Array(v.tokens.iter().map(|t| Value::String(t.clone())).collect()),
@@ -555,4 +567,145 @@ fn the_real_smollm2_gguf_speaks_english() {
     let text = tok.decode(&greedy(&model, &ids, 8)).unwrap();
     eprintln!("continuation: {text:?}");
     assert!(text.contains("Paris"), "{text:?}");
+}
+
+#[test]
+fn control_tags_a_tokenizer_lacks_are_added_and_the_embedding_grows() {
+    let model = random(tiny(Arch::Llama, true, 48), 14);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    write_gguf(&model, GgmlDType::F32, &path, &Edit::default());
+    let (loaded, tok) = gguf::load(&path, DType::F32, &Device::Cpu).unwrap();
+    let before = tok.id_bound();
+    assert!(
+        tok.control_tokens().is_err(),
+        "no </think> in this vocabulary"
+    );
+    let (grown, tok, added) =
+        reference_trainer::train::run::with_control_tags(loaded, tok).unwrap();
+    // `<think>` is a user-defined token of the file already; `</think>` is new.
+    assert_eq!(added, vec!["</think>".to_string()]);
+    let ct = tok.control_tokens().unwrap();
+    assert_eq!(ct.think_close as usize, before);
+    assert_eq!(grown.config().vocab_size, before + 1);
+    // The old logits are untouched; the new token's row is the mean embedding.
+    let old = model.forward_logits(&seqs()).unwrap();
+    let new = grown.forward_logits(&seqs()).unwrap();
+    assert_eq!(max_abs_diff(&new.narrow(2, 0, before).unwrap(), &old), 0.0);
+    let emb = grown.params()["model.embed_tokens.weight"].as_tensor();
+    let mean = emb.narrow(0, 0, before).unwrap().mean(0).unwrap();
+    assert!(max_abs_diff(&emb.get(before).unwrap(), &mean) < 1e-7);
+    // A tokenizer that has them all is left as it is.
+    let (_, again, added) = reference_trainer::train::run::with_control_tags(grown, tok).unwrap();
+    assert!(added.is_empty());
+    assert_eq!(again.id_bound(), before + 1);
+}
+
+/// `train --init FILE.gguf` end to end on tiny settings: a Llama GGUF whose tokenizer is a
+/// tokenizer trained as the default is (smaller), its vocabulary and merges with `<think>`/`</think>` demoted to ordinary
+/// entries (as a real Llama's lacks them as added tokens), behind Qwen2's split.
+#[test]
+fn train_starts_from_a_gguf_file() {
+    use reference_trainer::rollout::EnvKind;
+    use reference_trainer::train::TrainConfig;
+
+    let corpus = reference_trainer::defaults::corpus(2026, 40).unwrap();
+    let tok = reference_trainer::tokenizer::build_default(corpus, 1024).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&tok.to_json().unwrap()).unwrap();
+    let mut tokens = vec![String::new(); tok.id_bound()];
+    for (t, id) in json["model"]["vocab"].as_object().unwrap() {
+        tokens[id.as_u64().unwrap() as usize] = t.clone();
+    }
+    let mut types = vec![1; tokens.len()];
+    for a in json["added_tokens"].as_array().unwrap() {
+        let id = a["id"].as_u64().unwrap() as usize;
+        tokens[id] = a["content"].as_str().unwrap().to_string();
+        let tag = &tokens[id];
+        types[id] = if tag == "<think>" || tag == "</think>" {
+            1
+        } else {
+            3
+        };
+    }
+    let merges = json["model"]["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| match m {
+            serde_json::Value::String(s) => s.clone(),
+            pair => format!(
+                "{} {}",
+                pair[0].as_str().unwrap(),
+                pair[1].as_str().unwrap()
+            ),
+        })
+        .collect();
+    let mut cfg = Qwen3Config::small(tokens.len(), 32, 64, 1, 4, 2, 8, 2048).with_arch(Arch::Llama);
+    cfg.rms_norm_eps = 1e-5;
+    let model = random(cfg, 15);
+    let work = tempfile::tempdir().unwrap();
+    let path = work.path().join("init.gguf");
+    write_gguf(
+        &model,
+        GgmlDType::F32,
+        &path,
+        &Edit {
+            vocab: Some((
+                Vocab {
+                    tokens,
+                    types,
+                    merges,
+                },
+                "qwen2",
+            )),
+            ..Edit::default()
+        },
+    );
+
+    let mut c = TrainConfig::default_for(EnvKind::Search).unwrap();
+    c.rollout.tasks_per_iteration = 2;
+    c.rollout.group_size = 2;
+    c.rollout.max_turns = 2;
+    c.rollout.max_response_tokens = 24;
+    c.rollout.max_prompt_tokens = 400;
+    c.control.max_think = 16;
+    c.control.min_len = 4;
+    c.optim.micro_batch_tokens = 1024;
+    c.optim.mini_batches = 1;
+    c.data.train_questions = c.data.train_questions.min(200);
+    c.rft.demo_tasks = 2;
+    c.rft.rounds = 0;
+    c.rft.epochs = 1;
+    c.train.iterations = 1;
+    c.train.eval_every = 1;
+    c.train.eval_tasks = 1;
+    c.train.checkpoint_every = 1;
+    let config = work.path().join("search.toml");
+    std::fs::write(&config, c.to_toml().unwrap()).unwrap();
+    let out_dir = work.path().join("run");
+    let cache = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_reference-trainer"))
+        .env("T2PO_CACHE", cache.path())
+        .env("RAYON_NUM_THREADS", "1")
+        .args(["train", "--quiet", "--init"])
+        .arg(&path)
+        .arg("--config")
+        .arg(&config)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The checkpoint is a Llama folder whose tokenizer holds the added tags.
+    let ck = out_dir.join("cold-start");
+    let saved = checkpoint::load(&ck, DType::F32, &Device::Cpu).unwrap();
+    assert_eq!(saved.config().arch(), Arch::Llama);
+    let saved_tok = Tokenizer::load(&ck).unwrap();
+    saved_tok.control_tokens().unwrap();
+    assert_eq!(saved.config().vocab_size, saved_tok.id_bound());
 }

@@ -750,6 +750,35 @@ impl Qwen3 {
         self.params.values().map(|v| v.elem_count()).sum()
     }
 
+    /// This model with `vocab_size` rows of embedding (and of an untied LM head), for a
+    /// tokenizer that gained tokens: the new rows are the mean of the old ones (transformers'
+    /// `resize_token_embeddings` starts from the same mean), so a new token starts as an average
+    /// token rather than as noise that could dominate the softmax. A size at or below the current
+    /// one returns the model unchanged (Qwen3 pads its embedding past the tokenizer already).
+    pub fn with_vocab_size(self, vocab_size: usize) -> Result<Self> {
+        if vocab_size <= self.cfg.vocab_size {
+            return Ok(self);
+        }
+        let extra = vocab_size - self.cfg.vocab_size;
+        let grow = |t: &Tensor| -> Result<Tensor> {
+            let mean = t.mean_keepdim(0)?;
+            let rows = mean.broadcast_as((extra, t.dim(1)?))?.contiguous()?;
+            Ok(Tensor::cat(&[t, &rows], 0)?)
+        };
+        let fused = self.fused;
+        let (mut cfg, mut params) = (self.cfg, self.params);
+        for name in ["model.embed_tokens.weight", "lm_head.weight"] {
+            if let Some(v) = params.get(name) {
+                let grown = grow(v.as_tensor())?;
+                params.insert(name.into(), Var::from_tensor(&grown)?);
+            }
+        }
+        cfg.vocab_size = vocab_size;
+        let mut model = Self::assemble(cfg, params, self.dtype, &self.device)?;
+        model.fused = fused;
+        Ok(model)
+    }
+
     /// A deep copy whose weights no optimizer step touches (the frozen reference policy of the
     /// KL term, or a snapshot).
     pub fn frozen_copy(&self) -> Result<Self> {
