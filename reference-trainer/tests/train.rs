@@ -352,3 +352,47 @@ fn bad_configs_and_misused_output_folders_are_clear_errors() {
     );
     assert!(e.contains("a-file"), "{e}");
 }
+
+/// `train.rl_tasks`: "all" draws what the trainer always drew; "undemonstrated" leaves out
+/// exactly the cold start's demonstration tasks, and refuses a split it leaves too small.
+#[test]
+fn rl_tasks_undemonstrated_leaves_out_exactly_the_demonstrated_tasks() {
+    use reference_trainer::rollout::Split;
+    use reference_trainer::train::config::RlTasks;
+    use reference_trainer::train::rft::{demo_tasks, rl_task_pool, sample_from, sample_tasks};
+    use reference_trainer::train::run::pool_for;
+
+    let mut c = tiny(EnvKind::Webshop, 1);
+    c.rft.demo_tasks = 50;
+    let pool = pool_for(&c).unwrap();
+    let n = pool.num_tasks(Split::Train);
+    assert!(n > 100, "{n}");
+    let all = rl_task_pool(&pool, &c).unwrap();
+    assert_eq!(all, (0..n).collect::<Vec<_>>());
+    for seed in [1, 77, 2026] {
+        assert_eq!(
+            sample_from(all.clone(), 8, seed),
+            sample_tasks(&pool, 8, seed)
+        );
+    }
+    c.train.rl_tasks = RlTasks::Undemonstrated;
+    let demo = demo_tasks(&pool, &c);
+    let rest = rl_task_pool(&pool, &c).unwrap();
+    assert_eq!(demo.len(), 50);
+    assert_eq!(rest.len(), n - 50);
+    assert!(demo.iter().all(|t| !rest.contains(t)));
+    assert!(rest.windows(2).all(|w| w[0] < w[1]));
+    // Draws from it never hit a demonstrated task.
+    for seed in 0..20 {
+        assert!(sample_from(rest.clone(), 8, seed)
+            .iter()
+            .all(|t| !demo.contains(t)));
+    }
+    c.rft.demo_tasks = n - 1;
+    c.rollout.tasks_per_iteration = 2;
+    let e = rl_task_pool(&pool, &c).unwrap_err().to_string();
+    assert!(
+        e.contains("train.rl_tasks") && e.contains("leaves 1 of"),
+        "{e}"
+    );
+}

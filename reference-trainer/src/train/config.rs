@@ -256,6 +256,20 @@ pub struct LoopSection {
     pub checkpoint_every: usize,
     /// Checkpoints kept on disk (the newest ones).
     pub keep_checkpoints: usize,
+    /// Which training tasks RL draws its tasks from.
+    pub rl_tasks: RlTasks,
+}
+
+/// The training tasks an RL iteration draws from, as the config spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RlTasks {
+    /// The whole training split (the paper's setting).
+    All,
+    /// The training tasks whose expert episodes were not the cold start's demonstrations
+    /// (`rft.demo_tasks` of them, drawn as the cold start draws them): a reward on a task the
+    /// SFT did not see comes from the skill, not from a demonstration the policy remembers.
+    Undemonstrated,
 }
 
 impl TrainConfig {

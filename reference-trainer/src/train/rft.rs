@@ -9,12 +9,12 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;
 
-use super::config::TrainConfig;
+use super::config::{RlTasks, TrainConfig};
 use super::metrics::{MetricsLine, RejectionReport, RolloutSummary, UpdateReport};
 use super::optimizer::AdamW;
 use super::sft::{expert_demos, sft_step, Demo};
 use super::state::derive_seed;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::Qwen3;
 use crate::rollout::{
     encyclopedia, rollout, EnvPool, EpisodeRecord, EpisodeSpec, RolloutStats, Split,
@@ -64,10 +64,56 @@ pub trait Reporter {
 /// `count` distinct training tasks drawn with `seed` (all of them, shuffled, when there are
 /// fewer).
 pub fn sample_tasks(pool: &EnvPool, count: usize, seed: u64) -> Vec<usize> {
-    let mut all: Vec<usize> = (0..pool.num_tasks(Split::Train)).collect();
-    all.shuffle(&mut ChaCha12Rng::seed_from_u64(seed));
-    all.truncate(count.min(all.len()));
-    all
+    let all: Vec<usize> = (0..pool.num_tasks(Split::Train)).collect();
+    sample_from(all, count, seed)
+}
+
+/// `count` distinct entries of `candidates` drawn with `seed` (all of them, shuffled, when
+/// there are fewer); on `0..n` it draws what [`sample_tasks`] draws.
+pub fn sample_from(mut candidates: Vec<usize>, count: usize, seed: u64) -> Vec<usize> {
+    candidates.shuffle(&mut ChaCha12Rng::seed_from_u64(seed));
+    candidates.truncate(count.min(candidates.len()));
+    candidates
+}
+
+/// The training tasks whose expert episodes are the cold start's demonstrations
+/// (`rft.demo_tasks` of them, drawn over the whole shuffled split).
+pub fn demo_tasks(pool: &EnvPool, cfg: &TrainConfig) -> Vec<usize> {
+    sample_tasks(
+        pool,
+        cfg.rft.demo_tasks,
+        derive_seed(cfg.seed, 0, purpose::DEMO_TASKS),
+    )
+}
+
+/// The training tasks RL draws from (`train.rl_tasks`), in index order; an error when they are
+/// fewer than one iteration's `rollout.tasks_per_iteration`.
+pub fn rl_task_pool(pool: &EnvPool, cfg: &TrainConfig) -> Result<Vec<usize>> {
+    let n = pool.num_tasks(Split::Train);
+    let tasks: Vec<usize> = match cfg.train.rl_tasks {
+        RlTasks::All => (0..n).collect(),
+        RlTasks::Undemonstrated => {
+            let mut seen = vec![false; n];
+            for t in demo_tasks(pool, cfg) {
+                seen[t] = true;
+            }
+            (0..n).filter(|&t| !seen[t]).collect()
+        }
+    };
+    if tasks.len() < cfg.rollout.tasks_per_iteration {
+        return Err(Error::invalid(
+            "train.rl_tasks",
+            format!(
+                "{:?} leaves {} of the {n} training tasks (rft.demo_tasks = {}), fewer than \
+                 rollout.tasks_per_iteration = {}",
+                cfg.train.rl_tasks,
+                tasks.len(),
+                cfg.rft.demo_tasks,
+                cfg.rollout.tasks_per_iteration
+            ),
+        ));
+    }
+    Ok(tasks)
 }
 
 /// Runs episodes `tasks × group` on `split` with `policy` at `temperature`; groups are per task.
@@ -246,11 +292,7 @@ pub fn cold_start(
 ) -> Result<Vec<MetricsLine>> {
     let f = &cfg.rft;
     let mut lines = Vec::new();
-    let demo_tasks = sample_tasks(
-        pool,
-        f.demo_tasks,
-        derive_seed(cfg.seed, 0, purpose::DEMO_TASKS),
-    );
+    let demo_tasks = demo_tasks(pool, cfg);
     let demos = if f.demo_epochs > 0 {
         expert_demos(
             pool,

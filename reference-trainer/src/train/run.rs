@@ -17,7 +17,9 @@ use super::metrics::{MetricsLine, MetricsLog, RolloutSummary};
 use super::optimizer::AdamW;
 use super::plots::{write_png, Chart, PlotError, Series};
 use super::ppo::{update, UpdateConfig};
-use super::rft::{cold_start, pretrain, purpose, run_episodes, sample_tasks, Reporter};
+use super::rft::{
+    cold_start, pretrain, purpose, rl_task_pool, run_episodes, sample_from, Reporter,
+};
 use super::state::{self, derive_seed, TrainerState, FORMAT};
 use crate::algo::{compute_advantages, flatten_rows};
 use crate::defaults;
@@ -392,13 +394,18 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
     let adv_cfg = cfg.advantage_config();
     let loss_cfg = cfg.loss_config();
     let iterations = if opts.rl { cfg.train.iterations } else { 0 };
+    let rl_pool = if iterations > start_iter {
+        rl_task_pool(&pool, &cfg)?
+    } else {
+        Vec::new()
+    };
     let mut after = None;
     for it in start_iter + 1..=iterations {
         let t0 = std::time::Instant::now();
         let i = it as u64;
         let old = policy.frozen_copy()?;
-        let tasks = sample_tasks(
-            &pool,
+        let tasks = sample_from(
+            rl_pool.clone(),
             cfg.rollout.tasks_per_iteration,
             derive_seed(cfg.seed, i, purpose::RL_TASKS),
         );
