@@ -403,6 +403,26 @@ static void prompt_and_events(void) {
   EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
   CHECK(info.tti_armed == 1 && info.prompt_inside_think == 1 && info.inside_think == 1);
 
+  /* prompt_inside_think reports where the generation starts: a declared think_start wins over
+   * what the prompt tokens left, and a FROM_PROMPT retry starts where the first try did. */
+  EXPECT_STATUS(t2po_seq_reset(&seq), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_accept_prompt(&seq, plain, 3), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.prompt_inside_think == 0);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.prompt_inside_think == 1 && info.inside_think == 1 && info.tti_armed == 1);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_FROM_PROMPT), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.prompt_inside_think == 1 && info.inside_think == 1);
+  EXPECT_STATUS(t2po_seq_reset(&seq), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_accept_prompt(&seq, prompt, 4), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.prompt_inside_think == 1);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_OUTSIDE), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.prompt_inside_think == 0 && info.inside_think == 0 && info.tti_armed == 0);
+
   /* tti_enabled = 0: inside think, but not armed. */
   t2po_config off = cfg;
   off.tti_enabled = 0;
