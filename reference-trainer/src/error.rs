@@ -59,6 +59,18 @@ pub enum Error {
     /// The control kernel rejected a config or a row.
     #[error("t2po-control: {0}")]
     Control(#[from] t2po_control::Error),
+    /// A file of a training checkpoint is missing or is not what the checkpoint recorded
+    /// (truncated, changed on disk): its weights would silently differ, so it is not loaded.
+    #[error(
+        "{path}: {problem}; the checkpoint is damaged (an older one in the same folder may be \
+         intact: point `latest` at it to resume from there)"
+    )]
+    CheckpointFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: FileProblem,
+    },
     /// A value given by the user is out of range or unknown.
     #[error("{what}: {message}")]
     Invalid {
@@ -67,6 +79,45 @@ pub enum Error {
         /// What was wrong and what is allowed.
         message: String,
     },
+}
+
+/// What is wrong with a checkpoint file ([`Error::CheckpointFile`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileProblem {
+    /// The file is gone.
+    Missing,
+    /// The file has another size than was written (truncated or appended to).
+    Size {
+        /// Bytes written.
+        expected: u64,
+        /// Bytes there now.
+        found: u64,
+    },
+    /// The file has the size written but other bytes (SHA-256, hex).
+    Checksum {
+        /// The SHA-256 written.
+        expected: String,
+        /// The SHA-256 of the bytes there now.
+        found: String,
+    },
+    /// The file could not be read.
+    Unreadable(String),
+}
+
+impl std::fmt::Display for FileProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Missing => write!(f, "missing (the checkpoint lists it)"),
+            Self::Size { expected, found } => {
+                write!(f, "{found} bytes, but {expected} were written")
+            }
+            Self::Checksum { expected, found } => write!(
+                f,
+                "SHA-256 {found}, but {expected} was written (the bytes changed on disk)"
+            ),
+            Self::Unreadable(why) => write!(f, "cannot be read: {why}"),
+        }
+    }
 }
 
 /// The crate's result type.

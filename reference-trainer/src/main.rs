@@ -417,19 +417,26 @@ fn run() -> Result<()> {
                     checkpoint::CONFIG
                 );
             }
-            let mut cfg = match &config {
-                Some(p) => TrainConfig::load(p)?,
+            // A training checkpoint (it has trainer_state.json) has its files checked against
+            // the checksums it recorded before anything is loaded.
+            let trainer_state = if ckpt.join("trainer_state.json").is_file() {
+                let (state, verified) = reference_trainer::train::state::verify(&ckpt)?;
+                if !verified {
+                    eprintln!(
+                        "{}",
+                        reference_trainer::train::state::unverified_note(&ckpt)
+                    );
+                }
+                Some((state, ckpt.join("trainer_state.json")))
+            } else {
+                None
+            };
+            let mut cfg = match (&config, &trainer_state) {
+                (Some(p), _) => TrainConfig::load(p)?,
                 // A training checkpoint carries its run's config: evaluated with it, it
                 // reproduces the run's own held-out numbers.
-                None if ckpt.join("trainer_state.json").is_file() => {
-                    let path = ckpt.join("trainer_state.json");
-                    let state: serde_json::Value = serde_json::from_str(
-                        &std::fs::read_to_string(&path)
-                            .with_context(|| path.display().to_string())?,
-                    )
-                    .with_context(|| path.display().to_string())?;
-                    let text = state["config"].as_str().unwrap_or_default();
-                    let cfg = TrainConfig::parse(text, &path)?;
+                (None, Some((state, path))) => {
+                    let cfg = TrainConfig::parse(&state.config, path)?;
                     if cfg.env != env && env_given() {
                         anyhow::bail!(
                             "--env {} but {} was trained on {}",
@@ -440,7 +447,7 @@ fn run() -> Result<()> {
                     }
                     cfg
                 }
-                None => TrainConfig::default_for(env)?,
+                (None, None) => TrainConfig::default_for(env)?,
             };
             if let Some(s) = seed {
                 cfg.seed = s;

@@ -18,7 +18,7 @@ use super::optimizer::AdamW;
 use super::plots::{write_png, Chart, PlotError, Series};
 use super::ppo::{update, UpdateConfig};
 use super::rft::{cold_start, pretrain, purpose, run_episodes, sample_tasks, Reporter};
-use super::state::{self, derive_seed, TrainerState, FORMAT};
+use super::state::{self, derive_seed, TrainerState};
 use crate::algo::{compute_advantages, flatten_rows};
 use crate::defaults;
 use crate::error::{Error, Result};
@@ -217,6 +217,9 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
     let (cfg, policy, tokenizer, mut opt, start_iter, before, pool) = match existing {
         Some(dir) if opts.resume => {
             let loaded = state::load(&dir, DType::F32, &opts.device)?;
+            if !loaded.verified {
+                rep.line(&state::unverified_note(&dir));
+            }
             let saved = TrainConfig::parse(&loaded.state.config, &dir.join("trainer_state.json"))?;
             // A resumed run may be extended (more iterations); anything else must match.
             let mut saved = saved;
@@ -337,12 +340,7 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
         }
     };
     let state_of = |iteration: usize, opt: &AdamW| -> Result<TrainerState> {
-        Ok(TrainerState {
-            format: FORMAT,
-            iteration,
-            optimizer_step: opt.steps(),
-            config: cfg.to_toml()?,
-        })
+        Ok(TrainerState::rl(iteration, opt.steps(), cfg.to_toml()?))
     };
     let mut last_checkpoint = state::latest(out)?;
     if start_iter == 0 && last_checkpoint.is_none() {
