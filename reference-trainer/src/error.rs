@@ -71,6 +71,24 @@ pub enum Error {
         /// What is wrong with it.
         problem: FileProblem,
     },
+    /// The caller asked the run to stop (a signal), and a stage saw it at a safe point; what
+    /// was in progress since the last checkpoint is dropped. Turned into
+    /// [`Error::Interrupted`] by [`crate::train::train`].
+    #[error("stopped by {} at a safe point", signal_name(*.signal))]
+    Stopped {
+        /// The signal number (SIGINT 2, SIGTERM 15).
+        signal: i32,
+    },
+    /// A training run stopped on request (a signal): what it left and how to continue.
+    #[error("{}", interrupted_message(*.signal, .out, .latest.as_deref()))]
+    Interrupted {
+        /// The signal number (SIGINT 2, SIGTERM 15).
+        signal: i32,
+        /// The run's output folder.
+        out: PathBuf,
+        /// The checkpoint a resume continues from (`None`: none was written yet).
+        latest: Option<PathBuf>,
+    },
     /// A value given by the user is out of range or unknown.
     #[error("{what}: {message}")]
     Invalid {
@@ -117,6 +135,38 @@ impl std::fmt::Display for FileProblem {
             ),
             Self::Unreadable(why) => write!(f, "cannot be read: {why}"),
         }
+    }
+}
+
+/// `SIGINT`, `SIGTERM`, or `signal N`.
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        2 => "SIGINT".into(),
+        15 => "SIGTERM".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+fn interrupted_message(
+    signal: i32,
+    out: &std::path::Path,
+    latest: Option<&std::path::Path>,
+) -> String {
+    let how = format!(
+        "run the same command with --resume (or `reference-trainer train --out {} --resume`)",
+        out.display()
+    );
+    match latest {
+        Some(dir) => format!(
+            "stopped by {}: the latest checkpoint is {}; to continue, {how}",
+            signal_name(signal),
+            dir.display()
+        ),
+        None => format!(
+            "stopped by {} before the first checkpoint: nothing to continue from; {how} to \
+             start it over",
+            signal_name(signal)
+        ),
     }
 }
 

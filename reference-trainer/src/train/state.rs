@@ -15,6 +15,10 @@
 //! checksums) is still read — a run written by an older build can be resumed — but nothing in
 //! it can be checked: [`Loaded::verified`] says so and the callers print a note.
 //!
+//! The cold start (pretraining, SFT, each rejection round) checkpoints after each stage too,
+//! as `cold-NNN-<stage>` with [`TrainerState::cold_start`] set; they are pruned once the first
+//! RL checkpoint (`iter-000000`, the cold start done) exists.
+//!
 //! RNG state: every random draw of a run comes from a generator seeded by
 //! `(seed, iteration, purpose)` ([`derive_seed`]), so the iteration *is* the generator state
 //! and a resumed run draws exactly what an uninterrupted one would.
@@ -29,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::optimizer::AdamW;
+use super::rft::Stage;
 use crate::error::{Error, FileProblem, Result};
 use crate::model::{checkpoint, Qwen3};
 use crate::tokenizer::Tokenizer;
@@ -44,6 +49,9 @@ pub struct TrainerState {
     pub optimizer_step: u64,
     /// The run's config, as TOML (its seed and `iteration` are the whole RNG state).
     pub config: String,
+    /// Set on a checkpoint taken inside the cold start: the stage it follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_start: Option<ColdStart>,
     /// Size and SHA-256 of every other file of the checkpoint folder, by name (filled in by
     /// [`save`]; empty in format 1).
     #[serde(default)]
@@ -58,9 +66,21 @@ impl TrainerState {
             iteration,
             optimizer_step,
             config,
+            cold_start: None,
             files: BTreeMap::new(),
         }
     }
+}
+
+/// Where a cold-start checkpoint stands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ColdStart {
+    /// The last stage finished.
+    pub done: Stage,
+    /// The SFT's step count, which shapes the fine-tuning optimizer's schedule.
+    pub sft_steps: u64,
+    /// Lines of `metrics.jsonl` written when the checkpoint was (a resume drops the rest).
+    pub metrics_lines: usize,
 }
 
 /// The size and SHA-256 (lower-case hex) of one checkpoint file.
@@ -131,8 +151,9 @@ pub fn latest(out: &Path) -> Result<Option<PathBuf>> {
     }
 }
 
-/// Writes a checkpoint of iteration `state.iteration` and makes it the latest; keeps the
-/// newest `keep` checkpoints. Returns its folder.
+/// Writes a checkpoint of iteration `state.iteration` (or of the cold-start stage
+/// `state.cold_start`) and makes it the latest; keeps the newest `keep` checkpoints. Returns its
+/// folder.
 pub fn save(
     out: &Path,
     model: &Qwen3,
@@ -141,9 +162,23 @@ pub fn save(
     state: &TrainerState,
     keep: usize,
 ) -> Result<PathBuf> {
+    save_reporting(out, model, tokenizer, opt, state, keep, &mut |_| {})
+}
+
+/// [`save`], telling `written` how many of the checkpoint's parts are written (model,
+/// tokenizer, optimizer, checksums and state, then the rename: 5 in all).
+pub fn save_reporting(
+    out: &Path,
+    model: &Qwen3,
+    tokenizer: &Tokenizer,
+    opt: &AdamW,
+    state: &TrainerState,
+    keep: usize,
+    written: &mut dyn FnMut(usize),
+) -> Result<PathBuf> {
     let root = checkpoints_dir(out);
     fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
-    let name = format!("iter-{:06}", state.iteration);
+    let name = folder_name(state);
     let tmp = root.join(format!(".tmp-{name}-{}", std::process::id()));
     let final_dir = root.join(&name);
     let result = (|| -> Result<()> {
@@ -152,13 +187,16 @@ pub fn save(
         }
         fs::create_dir(&tmp).map_err(|e| Error::io(&tmp, e))?;
         checkpoint::save(model, &tmp, usize::MAX)?;
+        written(1);
         tokenizer.save(&tmp)?;
         tokenizer.save_generation_config(&tmp)?;
+        written(2);
         let (moments, step) = opt.state();
         let mut named: Vec<(&str, &Tensor)> =
             moments.iter().map(|(k, t)| (k.as_str(), t)).collect();
         named.sort_by_key(|(k, _)| *k);
         checkpoint::write_safetensors(&tmp.join(OPTIMIZER), &named)?;
+        written(3);
         let mut st = state.clone();
         st.format = FORMAT;
         st.optimizer_step = step;
@@ -168,6 +206,7 @@ pub fn save(
             message: e.to_string(),
         })?;
         checkpoint::write_atomic(&tmp.join(STATE), text.as_bytes())?;
+        written(4);
         if final_dir.exists() {
             // A checkpoint of the same iteration from an earlier attempt (a resumed run that
             // redoes it): replaced by the new one.
@@ -176,6 +215,7 @@ pub fn save(
         fs::rename(&tmp, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
         sync_dir(&root);
         checkpoint::write_atomic(&root.join(LATEST), name.as_bytes())?;
+        written(5);
         Ok(())
     })();
     if let Err(e) = result {
@@ -184,6 +224,19 @@ pub fn save(
     }
     prune(&root, keep, &name)?;
     Ok(final_dir)
+}
+
+/// `iter-NNNNNN`, or `cold-NNN-<stage>` for a cold-start stage (numbered so names sort in the
+/// order the stages run).
+fn folder_name(state: &TrainerState) -> String {
+    match &state.cold_start {
+        None => format!("iter-{:06}", state.iteration),
+        Some(c) => match c.done {
+            Stage::Pretrain => "cold-000-pretrain".into(),
+            Stage::Sft => "cold-001-sft".into(),
+            Stage::Rejection(round) => format!("cold-{:03}-rejection-{}", round + 2, round + 1),
+        },
+    }
 }
 
 /// Size and SHA-256 of every file in `dir` but `trainer_state.json`.
@@ -230,7 +283,8 @@ fn sync_dir(dir: &Path) {
     }
 }
 
-/// Removes all but the newest `keep` checkpoints (never `current`) and stale temp folders.
+/// Removes all but the newest `keep` checkpoints (never `current`) and stale temp folders;
+/// once an RL checkpoint exists, every cold-start stage checkpoint goes too.
 fn prune(root: &Path, keep: usize, current: &str) -> Result<()> {
     let mut names: Vec<String> = Vec::new();
     for entry in fs::read_dir(root).map_err(|e| Error::io(root, e))? {
@@ -238,15 +292,18 @@ fn prune(root: &Path, keep: usize, current: &str) -> Result<()> {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with(".tmp-") {
             let _ = fs::remove_dir_all(entry.path());
-        } else if name.starts_with("iter-") && entry.path().is_dir() {
+        } else if (name.starts_with("iter-") || name.starts_with("cold-")) && entry.path().is_dir()
+        {
             names.push(name);
         }
     }
+    // "cold-…" sorts before "iter-…": the stages come first.
     names.sort();
+    let rl_begun = names.iter().any(|n| n.starts_with("iter-"));
     let excess = names.len().saturating_sub(keep.max(1));
-    for name in names.into_iter().take(excess) {
-        if name != current {
-            let p = root.join(&name);
+    for (i, name) in names.iter().enumerate() {
+        if name != current && (i < excess || (rl_begun && name.starts_with("cold-"))) {
+            let p = root.join(name);
             fs::remove_dir_all(&p).map_err(|e| Error::io(&p, e))?;
         }
     }
