@@ -61,17 +61,20 @@ impl CliReporter {
     }
 }
 
-/// Test hook, `T2PO_TEST_SIGNAL=SIG:PHASE:N` (SIG one of `TERM`, `INT`, `KILL`): the process
-/// sends itself that signal in the N-th (1-based) progress phase named PHASE, right after its
-/// first unit of work (`checkpoint`: after the model file of the checkpoint is written). The
-/// tests use it to land a signal inside a given phase of a tiny run, where the phases last
-/// milliseconds and a signal from outside could not be aimed. Not read outside `train`.
+/// Test hook, `T2PO_TEST_SIGNAL=SIG:PHASE:N[:K]` (SIG one of `TERM`, `INT`, `KILL`): the
+/// process sends itself that signal in the N-th (1-based) progress phase named PHASE, right
+/// after its K-th unit of work (default 1; `checkpoint`: 1 is after the model file is written,
+/// `update`: a micro-batch). The tests use it to land a signal inside a given phase of a tiny
+/// run, where the phases last milliseconds and a signal from outside could not be aimed. Not
+/// read outside `train`.
 struct SignalFault {
     signal: i32,
     phase: String,
     nth: usize,
+    after: usize,
     seen: usize,
-    armed: bool,
+    /// Units of work left before the signal, in the phase it is aimed at.
+    armed: Option<usize>,
 }
 
 impl SignalFault {
@@ -82,9 +85,10 @@ impl SignalFault {
             return Ok(None);
         };
         let parts: Vec<&str> = spec.split(':').collect();
-        let (signal, phase, nth) = match parts[..] {
-            [sig, phase, n] => (sig, phase, n),
-            _ => anyhow::bail!("{}={spec:?}: expected SIG:PHASE:N", Self::VAR),
+        let (signal, phase, nth, after) = match parts[..] {
+            [sig, phase, n] => (sig, phase, n, "1"),
+            [sig, phase, n, k] => (sig, phase, n, k),
+            _ => anyhow::bail!("{}={spec:?}: expected SIG:PHASE:N[:K]", Self::VAR),
         };
         let signal = match signal {
             "TERM" => signal_hook::consts::SIGTERM,
@@ -95,31 +99,40 @@ impl SignalFault {
         let nth = nth
             .parse()
             .with_context(|| format!("{}={spec:?}: N", Self::VAR))?;
+        let after = after
+            .parse()
+            .with_context(|| format!("{}={spec:?}: K", Self::VAR))?;
         Ok(Some(Self {
             signal,
             phase: phase.to_string(),
             nth,
+            after,
             seen: 0,
-            armed: false,
+            armed: None,
         }))
     }
 
     fn begin(&mut self, phase: &str) {
         if phase == self.phase {
             self.seen += 1;
-            self.armed = self.seen == self.nth;
+            self.armed = (self.seen == self.nth).then_some(self.after);
         }
     }
 
     fn advance(&mut self) {
-        if std::mem::take(&mut self.armed) {
-            // A failed raise leaves the run going, which the test then reports.
-            let _ = signal_hook::low_level::raise(self.signal);
+        match self.armed {
+            Some(left) if left > 1 => self.armed = Some(left - 1),
+            Some(_) => {
+                self.armed = None;
+                // A failed raise leaves the run going, which the test then reports.
+                let _ = signal_hook::low_level::raise(self.signal);
+            }
+            None => {}
         }
     }
 
     fn end(&mut self) {
-        self.armed = false;
+        self.armed = None;
     }
 }
 

@@ -1,13 +1,14 @@
 //! Stopping `reference-trainer train` and going on (tiny settings): SIGTERM or SIGINT — during
-//! an RL rollout, an update, a checkpoint write, or from outside at any moment — stops the run at
+//! an RL rollout, an update, an evaluation, a checkpoint write, or from outside at any moment —
+//! stops the run at
 //! a safe point with exit code 143 or 130, a whole last metrics line, a complete `latest`
 //! checkpoint and the command that continues it; a run killed (SIGKILL) or stopped inside the
 //! cold start continues after its last finished stage; either way `--resume` ends on the same
 //! metrics and bit-identical weights as an uninterrupted run. A damaged checkpoint file is an
 //! error naming it at `--resume` and at `eval`.
 //!
-//! Signals aimed at one phase use the binary's `T2PO_TEST_SIGNAL=SIG:PHASE:N` hook (the process
-//! signals itself in the N-th phase of that name, after its first unit of work): the phases of
+//! Signals aimed at one phase use the binary's `T2PO_TEST_SIGNAL=SIG:PHASE:N[:K]` hook (the
+//! process signals itself in the N-th phase of that name, after its K-th unit of work): the phases of
 //! a tiny run last milliseconds, too short to aim a signal from outside. The uninterrupted runs
 //! are made once per test binary and shared, as is the cache of the default tokenizer.
 
@@ -195,8 +196,17 @@ fn sigint_exits_130() {
 }
 
 #[test]
-fn sigterm_during_an_update_lets_the_iteration_finish() {
-    rl().interrupt_and_resume("TERM:update:2", Ended::Code(143), "iter-000002");
+fn sigterm_during_an_update_puts_the_policy_and_optimizer_back() {
+    // After the second micro-batch of iteration 2's update, that is after its first optimizer
+    // step (two mini-batches of one micro-batch each): the step is undone and iteration 1 is
+    // checkpointed.
+    rl().interrupt_and_resume("TERM:update:2:2", Ended::Code(143), "iter-000001");
+}
+
+#[test]
+fn sigterm_during_an_evaluation_drops_the_iteration() {
+    // The second evaluation is iteration 2's (the first is the one before RL).
+    rl().interrupt_and_resume("TERM:eval:2", Ended::Code(143), "iter-000001");
 }
 
 #[test]

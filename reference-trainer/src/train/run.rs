@@ -8,6 +8,7 @@
 //! KL reference), `checkpoints/iter-NNNNNN/` + `checkpoints/latest`, `plots/*.png`,
 //! `results.md`.
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
@@ -16,7 +17,7 @@ use super::config::TrainConfig;
 use super::metrics::{MetricsLine, MetricsLog, RolloutSummary};
 use super::optimizer::AdamW;
 use super::plots::{write_png, Chart, PlotError, Series};
-use super::ppo::{update, UpdateConfig};
+use super::ppo::{update_until, UpdateConfig};
 use super::rft::{
     check_stop, cold_start, pretrain, purpose, run_episodes, sample_tasks, Reporter, Stage,
 };
@@ -212,11 +213,12 @@ fn first_difference(a: &toml::Value, b: &toml::Value, path: &str) -> Option<Stri
 ///
 /// Stopping ([`Reporter::stop_requested`], a signal): the run stops at the next safe point and
 /// returns [`Error::Interrupted`], naming the checkpoint `--resume` continues from. In RL the
-/// safe points are the start of an iteration and the rounds of its rollout (which only reads a
-/// frozen copy of the policy): the last finished iteration is checkpointed if it was not, so
-/// nothing finished is lost. An iteration whose update has begun runs to its end (update,
-/// evaluation, metrics line, checkpoint when due), since the update changes the policy in place
-/// (on the last iteration the run then simply finishes). In the cold start
+/// safe points are the start of an iteration, the rounds of its rollout, its update's
+/// micro-batches and its evaluation's rounds: the iteration in progress is dropped — the policy
+/// and the optimizer put back as it found them (a copy of the optimizer's moments is kept
+/// through each update for that) — and the last finished one is checkpointed if it was not, so
+/// nothing finished is lost. Its metrics line and checkpoint, once begun, are written whole. In
+/// the cold start
 /// the stage under way (pretraining, SFT, a rejection round) is dropped between two of its
 /// steps or rounds, and the run resumes after the last finished stage.
 pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Result<RunResult> {
@@ -280,24 +282,6 @@ fn save_checkpoint(
     });
     rep.end();
     saved
-}
-
-/// Passes everything on but stop requests: for the phases that must finish once begun.
-struct Unstoppable<'a>(&'a mut dyn Reporter);
-
-impl Reporter for Unstoppable<'_> {
-    fn line(&mut self, text: &str) {
-        self.0.line(text)
-    }
-    fn begin(&mut self, phase: &str, total: usize) {
-        self.0.begin(phase, total)
-    }
-    fn advance(&mut self, done: usize) {
-        self.0.advance(done)
-    }
-    fn end(&mut self) {
-        self.0.end()
-    }
 }
 
 /// The cold start with a checkpoint after each stage: pretraining (on a fresh run, unless the
@@ -525,16 +509,17 @@ fn train_until_stopped(
     let iterations = if opts.rl { cfg.train.iterations } else { 0 };
     let mut after = None;
     for it in start_iter + 1..=iterations {
-        // A stop before this iteration's rollout, or during it (the policy is untouched until
-        // the update): iteration `it - 1` is the last finished one, checkpointed on the way out.
-        let stop = |signal: i32, rep: &mut dyn Reporter| -> Result<RunResult> {
+        // Leaving on a stop request: the iteration in progress is dropped (the policy and the
+        // optimizer are as iteration `it - 1` left them), and that one is checkpointed on the
+        // way out unless it already is.
+        let stop = |signal: i32, opt: &AdamW, rep: &mut dyn Reporter| -> Result<RunResult> {
             if saved != it - 1 {
                 save_checkpoint(
                     out,
                     &policy,
                     &tokenizer,
-                    &opt,
-                    &state_of(it - 1, &opt)?,
+                    opt,
+                    &state_of(it - 1, opt)?,
                     keep,
                     rep,
                 )?;
@@ -542,7 +527,7 @@ fn train_until_stopped(
             Err(Error::Stopped { signal })
         };
         if let Some(signal) = rep.stop_requested() {
-            return stop(signal, rep);
+            return stop(signal, &opt, rep);
         }
         let t0 = std::time::Instant::now();
         let i = it as u64;
@@ -552,6 +537,7 @@ fn train_until_stopped(
             cfg.rollout.tasks_per_iteration,
             derive_seed(cfg.seed, i, purpose::RL_TASKS),
         );
+        // The rollout reads `old` only: a stop during it leaves the policy as it was.
         let (records, stats, secs) = match run_episodes(
             "rollout",
             &old,
@@ -565,7 +551,7 @@ fn train_until_stopped(
             derive_seed(cfg.seed, i, purpose::RL_ROLLOUT),
             rep,
         ) {
-            Err(Error::Stopped { signal }) => return stop(signal, rep),
+            Err(Error::Stopped { signal }) => return stop(signal, &opt, rep),
             done => done?,
         };
         let summary = RolloutSummary::of(&records, &stats, secs);
@@ -574,10 +560,19 @@ fn train_until_stopped(
         let rows = flatten_rows(&records, &adv, cfg.control.filter_void)
             .map_err(|e| Error::invalid("training rows", e.to_string()))?;
         let n_rows = rows.len();
-        // From here the iteration runs to its end, whatever stop is asked (see [`train`]).
-        let rep = &mut Unstoppable(&mut *rep);
+        // The update changes the policy and the optimizer in place; a stop during it or the
+        // evaluation after it puts both back: the weights from `old` (the policy as the
+        // iteration began), the optimizer from this copy of its moments.
+        let (moments, step) = opt.snapshot()?;
+        let put_back = |opt: &mut AdamW| -> Result<()> {
+            for (name, var) in policy.params() {
+                var.set(old.params()[name].as_tensor())?;
+            }
+            opt.load_state(policy.params(), moments.clone(), step)
+        };
         rep.begin("update", n_rows);
-        let report = update(
+        let mut asked = None;
+        let report = update_until(
             &policy,
             &old,
             reference.as_ref(),
@@ -590,18 +585,36 @@ fn train_until_stopped(
                 temperature: f64::from(cfg.rollout.temperature),
                 seed: derive_seed(cfg.seed, i, purpose::RL_SHUFFLE),
             },
-            |done, total| rep.advance(done * n_rows / total.max(1)),
+            |done, total| {
+                rep.advance(done * n_rows / total.max(1));
+                asked = rep.stop_requested();
+                match asked {
+                    Some(_) => ControlFlow::Break(()),
+                    None => ControlFlow::Continue(()),
+                }
+            },
         );
         rep.end();
-        let report = report?;
-        drop(old);
+        let Some(report) = report? else {
+            put_back(&mut opt)?;
+            return stop(asked.unwrap_or_default(), &opt, rep);
+        };
         let (eval, eval_sampled) = if it % cfg.train.eval_every == 0 || it == iterations {
-            let e = evaluate(&policy, &tokenizer, &pool, &cfg, rep)?;
-            after = Some(e.headline.clone());
-            (Some(e.headline), e.sampled)
+            match evaluate(&policy, &tokenizer, &pool, &cfg, rep) {
+                Ok(e) => {
+                    after = Some(e.headline.clone());
+                    (Some(e.headline), e.sampled)
+                }
+                Err(Error::Stopped { signal }) => {
+                    put_back(&mut opt)?;
+                    return stop(signal, &opt, rep);
+                }
+                Err(e) => return Err(e),
+            }
         } else {
             (None, None)
         };
+        drop(old);
         let line = MetricsLine {
             stage: "rl".into(),
             iteration: it,
