@@ -675,6 +675,7 @@ fn run() -> Result<()> {
             };
             let (model, tokenizer) = match &ckpt {
                 Some(dir) => {
+                    reference_trainer::train::state::verify_if_training_checkpoint(dir)?;
                     let model = checkpoint::load(dir, DType::F32, &device)?;
                     let tok = Tokenizer::load(dir.join("tokenizer.json"))?;
                     (model, tok)

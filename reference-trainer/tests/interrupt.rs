@@ -5,7 +5,7 @@
 //! checkpoint and the command that continues it; a run killed (SIGKILL) or stopped inside the
 //! cold start continues after its last finished stage; either way `--resume` ends on the same
 //! metrics and bit-identical weights as an uninterrupted run. A damaged checkpoint file is an
-//! error naming it at `--resume` and at `eval`.
+//! error naming it at `--resume`, `eval`, `--init` and `generate`.
 //!
 //! Signals aimed at one phase use the binary's `T2PO_TEST_SIGNAL=SIG:PHASE:N[:K]` hook (the
 //! process signals itself in the N-th phase of that name, after its K-th unit of work): the phases of
@@ -299,7 +299,7 @@ fn sigterm_before_the_first_checkpoint_leaves_nothing_and_resume_starts_over() {
 }
 
 #[test]
-fn a_damaged_checkpoint_is_an_error_naming_the_file_at_resume_and_eval() {
+fn a_damaged_checkpoint_is_an_error_naming_the_file_at_resume_eval_init_and_generate() {
     // A copy of the shared run, whose files this test damages.
     let f = cold();
     let run = f.work.path().join("damaged");
@@ -344,7 +344,28 @@ fn a_damaged_checkpoint_is_an_error_naming_the_file_at_resume_and_eval() {
             }
             _ => std::fs::remove_file(&path).unwrap(),
         }
-        for (what, e) in [("eval", fails(eval())), ("--resume", fails(resume()))] {
+        let init = || {
+            cli(cache())
+                .args(["train", "--quiet", "--no-cold-start", "--no-rl", "--init"])
+                .arg(&ck)
+                .arg("--out")
+                .arg(f.work.path().join("from-damaged"))
+                .output()
+                .unwrap()
+        };
+        let generate = || {
+            cli(cache())
+                .args(["generate", "--episodes", "1", "--checkpoint"])
+                .arg(&ck)
+                .output()
+                .unwrap()
+        };
+        for (what, e) in [
+            ("eval", fails(eval())),
+            ("--resume", fails(resume())),
+            ("--init", fails(init())),
+            ("generate", fails(generate())),
+        ] {
             assert!(
                 e.contains(path.to_str().unwrap()) && e.contains("damaged"),
                 "{what} with {file} ({damage}): {e}"

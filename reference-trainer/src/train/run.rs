@@ -78,6 +78,8 @@ pub fn initial_policy(
 ) -> Result<(Qwen3, Tokenizer)> {
     match init {
         Some(dir) => {
+            // A training checkpoint's files are checked first (an unverified one loads as is).
+            state::verify_if_training_checkpoint(dir)?;
             let model = checkpoint::load(dir, DType::F32, device)?;
             let tok = Tokenizer::load(dir.join("tokenizer.json"))?;
             Ok((model, tok))

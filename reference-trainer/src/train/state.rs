@@ -390,6 +390,16 @@ pub fn verify(dir: &Path) -> Result<(TrainerState, bool)> {
     Ok((state, verified))
 }
 
+/// [`verify`] when `dir` is a training checkpoint (it has `trainer_state.json`): for the
+/// commands that load any Hugging Face folder (`--init`, `generate --checkpoint`). `Ok(None)`
+/// for another folder; else whether its files could be checked.
+pub fn verify_if_training_checkpoint(dir: &Path) -> Result<Option<bool>> {
+    if !dir.join(STATE).is_file() {
+        return Ok(None);
+    }
+    verify(dir).map(|(_, verified)| Some(verified))
+}
+
 /// The note a caller prints for an unverified (format 1) checkpoint.
 pub fn unverified_note(dir: &Path) -> String {
     format!(
