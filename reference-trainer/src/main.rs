@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use clap::{Parser, Subcommand, ValueEnum};
 use reference_trainer::defaults;
-use reference_trainer::model::checkpoint;
+use reference_trainer::model::{checkpoint, Qwen3};
 use reference_trainer::rollout::{
     rollout, ControlSwitches, EnvKind, EnvPool, EpisodeSpec, ProfileName, RolloutConfig,
     SamplingParams, Split,
@@ -256,7 +256,8 @@ enum Command {
         /// Continue the run in --out from its latest checkpoint.
         #[arg(long)]
         resume: bool,
-        /// Start from this Hugging Face checkpoint instead of the random-initialised default.
+        /// Start from this Hugging Face checkpoint folder (Qwen3, Llama, Qwen2) or GGUF file
+        /// instead of the random-initialised default.
         #[arg(long)]
         init: Option<PathBuf>,
         /// Skip the cold start (RL alone).
@@ -271,9 +272,19 @@ enum Command {
     Rft {
         #[command(flatten)]
         run: RunArgs,
-        /// Start from this Hugging Face checkpoint instead of the random-initialised default.
+        /// Start from this Hugging Face checkpoint folder (Qwen3, Llama, Qwen2) or GGUF file
+        /// instead of the random-initialised default.
         #[arg(long)]
         init: Option<PathBuf>,
+    },
+    /// Convert a llama.cpp GGUF file (Llama, Qwen2, Qwen3; dequantised to f32) into a Hugging
+    /// Face folder: config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
+    /// generation_config.json.
+    Convert {
+        /// The GGUF file.
+        gguf: PathBuf,
+        /// The folder to write (created if missing).
+        out: PathBuf,
     },
     /// Evaluate a checkpoint on an environment split: success, task score, think tokens/turn,
     /// turns/episode, TTI and TDS rates.
@@ -324,7 +335,8 @@ enum Command {
         /// The environment.
         #[arg(long, value_enum, default_value = "search")]
         env: EnvKind,
-        /// A Hugging Face checkpoint folder (config.json, safetensors, tokenizer.json).
+        /// A Hugging Face checkpoint folder (config.json, safetensors, tokenizer.json) or a GGUF
+        /// file.
         #[arg(long)]
         checkpoint: Option<PathBuf>,
         /// The task index in the held-out split.
@@ -527,6 +539,11 @@ fn run() -> Result<()> {
             println!("cold-start policy {}", out.join("cold-start").display());
             Ok(())
         }
+        Command::Convert { gguf, out } => {
+            reference_trainer::gguf::convert(&gguf, &out)?;
+            println!("{} → {}", gguf.display(), out.display());
+            Ok(())
+        }
         Command::Eval {
             env,
             config,
@@ -591,6 +608,7 @@ fn run() -> Result<()> {
             let device = device_of(device)?;
             let model = checkpoint::load(&ckpt, DType::F32, &device)?;
             let tok = Tokenizer::load(ckpt.join("tokenizer.json"))?;
+            let (model, tok) = control_tags_added(model, tok)?;
             let pool = reference_trainer::train::run::pool_for(&cfg)?;
             let mut rep = CliReporter::new(false);
             let split = match split {
@@ -674,11 +692,15 @@ fn run() -> Result<()> {
                     .context("--device cuda (a build with `--features cuda` and a GPU)")?,
             };
             let (model, tokenizer) = match &ckpt {
+                Some(file) if reference_trainer::gguf::is_gguf(file) => {
+                    let (model, tok) = reference_trainer::gguf::load(file, DType::F32, &device)?;
+                    control_tags_added(model, tok)?
+                }
                 Some(dir) => {
                     reference_trainer::train::state::verify_if_training_checkpoint(dir)?;
                     let model = checkpoint::load(dir, DType::F32, &device)?;
                     let tok = Tokenizer::load(dir.join("tokenizer.json"))?;
-                    (model, tok)
+                    control_tags_added(model, tok)?
                 }
                 None => {
                     let tok = defaults::tokenizer(seed)?;
@@ -759,6 +781,18 @@ fn run() -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// A user's model and tokenizer with the control tags they lack added, said on stderr.
+fn control_tags_added(model: Qwen3, tok: Tokenizer) -> Result<(Qwen3, Tokenizer)> {
+    let (model, tok, added) = reference_trainer::train::run::with_control_tags(model, tok)?;
+    if !added.is_empty() {
+        eprintln!(
+            "added to the tokenizer (new embedding rows, the mean of the others): {}",
+            added.join(" ")
+        );
+    }
+    Ok((model, tok))
 }
 
 fn print_episode(

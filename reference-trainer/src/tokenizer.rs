@@ -71,6 +71,9 @@ pub const SPECIAL_TOKENS: [&str; 13] = [
     "</information>",
 ];
 
+/// The tags [`Tokenizer::control_tokens`] needs as single tokens.
+pub const CONTROL_TAGS: [&str; 5] = [THINK_OPEN, THINK_CLOSE, IM_START, IM_END, ENDOFTEXT];
+
 /// Qwen2/Qwen3's pre-tokenization regex, verbatim from their `tokenizer.json`.
 ///
 /// Contractions, letter runs with one optional leading non-letter, single digits, punctuation
@@ -296,6 +299,11 @@ pub struct Tokenizer {
     model_max_length: usize,
     vocab_size: usize,
     id_bound: usize,
+    /// The `tokenizer_config.json` this tokenizer came with (loaded next to its
+    /// `tokenizer.json`, or built from a GGUF file's metadata): written back as it was, so a
+    /// Llama's or Qwen's chat template, special tokens and class survive a save. `None` for the
+    /// trained default, which is saved with this module's Qwen3-shaped config.
+    source_config: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -588,6 +596,7 @@ impl Tokenizer {
             })?;
 
         let mut model_max_length = DEFAULT_MODEL_MAX_LENGTH;
+        let mut source_config = None;
         let config_path = file.with_file_name("tokenizer_config.json");
         if config_path.is_file() {
             let config_text =
@@ -610,8 +619,35 @@ impl Tokenizer {
             {
                 model_max_length = n;
             }
+            source_config = config.as_object().cloned();
         }
-        Ok(Self::from_inner(inner, model_max_length))
+        let mut tok = Self::from_inner(inner, model_max_length);
+        tok.source_config = source_config;
+        Ok(tok)
+    }
+
+    /// Wraps a tokenizer built elsewhere (e.g. from a GGUF file's metadata: [`crate::gguf`])
+    /// with the `tokenizer_config.json` object [`Tokenizer::save`] is to write for it (its
+    /// `model_max_length`, when an integer, is the one kept).
+    pub fn from_parts(
+        mut inner: tokenizers::Tokenizer,
+        config: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Self, TokenizerError> {
+        inner.with_padding(None);
+        inner
+            .with_truncation(None)
+            .map_err(|source| TokenizerError::Build {
+                component: "tokenizer (truncation off)",
+                source,
+            })?;
+        let model_max_length = config
+            .get("model_max_length")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(DEFAULT_MODEL_MAX_LENGTH);
+        let mut tok = Self::from_inner(inner, model_max_length);
+        tok.source_config = Some(config);
+        Ok(tok)
     }
 
     /// Wraps a finished tokenizers-crate tokenizer, computing the cached sizes.
@@ -623,6 +659,7 @@ impl Tokenizer {
             id_bound,
             inner,
             model_max_length,
+            source_config: None,
         }
     }
 
@@ -674,11 +711,24 @@ impl Tokenizer {
             })
     }
 
-    /// The `tokenizer_config.json` text [`Tokenizer::save`] writes: Qwen3's keys and values
+    /// The `tokenizer_config.json` text [`Tokenizer::save`] writes. A tokenizer that came with
+    /// one (loaded, or built from a GGUF file) writes it back as it was, with this tokenizer's
+    /// `model_max_length`. The trained default writes Qwen3's keys and values
     /// ([`TOKENIZER_CLASS`], eos `<|im_end|>`, pad `<|endoftext|>`, no bos/unk), this module's
     /// [`CHAT_TEMPLATE`], and an `added_tokens_decoder` entry per added token of this tokenizer
     /// with its own flags.
     pub fn config_json(&self) -> Result<String, TokenizerError> {
+        if let Some(source) = &self.source_config {
+            let mut config = source.clone();
+            config.insert(
+                "model_max_length".into(),
+                serde_json::json!(self.model_max_length),
+            );
+            return serde_json::to_string_pretty(&config).map_err(|e| TokenizerError::Serialize {
+                what: "tokenizer_config.json",
+                message: e.to_string(),
+            });
+        }
         let mut added: Vec<(u32, AddedToken)> =
             self.inner.get_added_tokens_decoder().into_iter().collect();
         added.sort_by_key(|(id, _)| *id);
@@ -798,6 +848,44 @@ impl Tokenizer {
     /// [`CHAT_TEMPLATE`] renders with `add_generation_prompt=True`.
     pub fn chat_prompt(&self, user_message: &str) -> String {
         format!("{IM_START}user\n{user_message}{IM_END}\n{IM_START}assistant\n")
+    }
+
+    /// This tokenizer with every tag of [`CONTROL_TAGS`] that is not already a single token
+    /// added as one, at the next free ids (from [`Tokenizer::id_bound`] on, for a tag the
+    /// vocabulary lacks); returns the tags added. A Llama's or Qwen2's tokenizer has the chat
+    /// tags but not `<think>`/`</think>`, which [`Tokenizer::control_tokens`] needs. The think
+    /// tags are added as Qwen3 holds them (not special: transformers' `skip_special_tokens`
+    /// keeps them), the chat tags as special tokens.
+    pub fn with_control_tags(mut self) -> Result<(Self, Vec<String>), TokenizerError> {
+        let mut added = Vec::new();
+        for tag in CONTROL_TAGS {
+            let single = match self.id_of(tag) {
+                Some(id) => self.encode(tag)? == [id],
+                None => false,
+            };
+            if single {
+                continue;
+            }
+            let special = tag != THINK_OPEN && tag != THINK_CLOSE;
+            let token = AddedToken::from(tag, special).normalized(false);
+            if special {
+                self.inner.add_special_tokens(vec![token])
+            } else {
+                self.inner.add_tokens(vec![token])
+            }
+            .map_err(|source| TokenizerError::Build {
+                component: "added control tag",
+                source,
+            })?;
+            added.push(tag.to_string());
+        }
+        if added.is_empty() {
+            return Ok((self, added));
+        }
+        let source_config = self.source_config.take();
+        let mut tok = Self::from_inner(self.inner, self.model_max_length);
+        tok.source_config = source_config;
+        Ok((tok, added))
     }
 
     /// Derives the [`ControlTokens`] from this tokenizer.

@@ -1,6 +1,7 @@
 //! Hugging Face checkpoints: `config.json` + `model.safetensors` (or shards listed in
 //! `model.safetensors.index.json`), read and written in the layout `transformers` uses, so a
-//! model saved here loads as `Qwen3ForCausalLM` and a real Qwen3 checkpoint loads here.
+//! model saved here loads as the class its `config.json` names (`Qwen3ForCausalLM`,
+//! `LlamaForCausalLM`, `Qwen2ForCausalLM`) and a real checkpoint of those families loads here.
 //! Every file is written to a temporary name and renamed, so a crash never leaves half a file.
 
 use std::collections::{BTreeMap, HashMap};

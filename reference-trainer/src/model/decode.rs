@@ -235,8 +235,9 @@ struct LayerWeights {
     k: Packed,
     v: Packed,
     o: Packed,
-    q_norm: Vec<f32>,
-    k_norm: Vec<f32>,
+    /// Qwen3's QK-norm weights (none in Llama and Qwen2).
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
     post_attention_layernorm: Vec<f32>,
     gate: Packed,
     up: Packed,
@@ -320,12 +321,12 @@ impl Decoder {
                 k: proj(&format!("{p}.self_attn.k_proj"), hkv, d)?,
                 v: proj(&format!("{p}.self_attn.v_proj"), hkv, d)?,
                 o: proj(&format!("{p}.self_attn.o_proj"), d, hq)?,
-                q_norm: get(&format!("{p}.self_attn.q_norm.weight"))?,
-                k_norm: get(&format!("{p}.self_attn.k_norm.weight"))?,
+                q_norm: opt(&format!("{p}.self_attn.q_norm.weight"))?,
+                k_norm: opt(&format!("{p}.self_attn.k_norm.weight"))?,
                 post_attention_layernorm: get(&format!("{p}.post_attention_layernorm.weight"))?,
-                gate: Packed::new(&get(&format!("{p}.mlp.gate_proj.weight"))?, f, d, None)?,
-                up: Packed::new(&get(&format!("{p}.mlp.up_proj.weight"))?, f, d, None)?,
-                down: Packed::new(&get(&format!("{p}.mlp.down_proj.weight"))?, d, f, None)?,
+                gate: proj(&format!("{p}.mlp.gate_proj"), f, d)?,
+                up: proj(&format!("{p}.mlp.up_proj"), f, d)?,
+                down: proj(&format!("{p}.mlp.down_proj"), d, f)?,
             });
         }
         let embed = get("model.embed_tokens.weight")?;
@@ -684,12 +685,24 @@ fn step_rows(
     }
     for (li, l) in dec.layers.iter().enumerate() {
         rms_norm_rows(s.x, &l.input_layernorm, dec.eps, s.hn);
-        matmul(s.hn, &l.q, s.qt, false);
-        matmul(s.hn, &l.k, s.kt, false);
+        // q and k end in `qt`/`kt`, rotated: with QK-norm the projection goes to `qt`, the norm
+        // to `q`, RoPE back to `qt`; without, the projection goes to `q` directly.
+        match &l.q_norm {
+            Some(w) => {
+                matmul(s.hn, &l.q, s.qt, false);
+                rms_norm_rows(s.qt, w, dec.eps, s.q);
+            }
+            None => matmul(s.hn, &l.q, s.q, false),
+        }
+        match &l.k_norm {
+            Some(w) => {
+                matmul(s.hn, &l.k, s.kt, false);
+                rms_norm_rows(s.kt, w, dec.eps, s.k);
+            }
+            None => matmul(s.hn, &l.k, s.k, false),
+        }
         matmul(s.hn, &l.v, s.v, false);
-        rms_norm_rows(s.qt, &l.q_norm, dec.eps, s.q);
         rope_rows(s.q, s.cs, hd, h, 0, false, s.qt);
-        rms_norm_rows(s.kt, &l.k_norm, dec.eps, s.k);
         rope_rows(s.k, s.cs, hd, kvh, 0, false, s.kt);
         for (r, row) in kv.chunks_exact_mut(row_cache).enumerate() {
             let lc = &mut row[li * layer_cache..(li + 1) * layer_cache];

@@ -1,4 +1,5 @@
-//! The policy model: Qwen3 in candle with Hugging Face weight names ([`qwen3`]), its
+//! The policy model: Qwen3 (and the Llama and Qwen2 families, as flags of the same model) in
+//! candle with Hugging Face weight names ([`qwen3`]), its
 //! differentiable ops ([`ops`], composed: the reference) and their fused kernels ([`fused`]), the batched decode cache ([`kv_cache`]) and checkpoints in the
 //! Hugging Face layout ([`checkpoint`]); the rollout's allocation-free f32 CPU decode step
 //! ([`decode`]).
@@ -12,4 +13,4 @@ pub mod qwen3;
 
 pub use decode::{DecodeState, Decoder};
 pub use kv_cache::KvCache;
-pub use qwen3::{Qwen3, Qwen3Config, TokenLogProbs};
+pub use qwen3::{Arch, Qwen3, Qwen3Config, TokenLogProbs};

@@ -27,13 +27,6 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tens
     y.reshape(out)
 }
 
-/// `Qwen3MLP` with SiLU: `down(silu(gate(x)) · up(x))`.
-pub fn swiglu(x: &Tensor, gate: &Tensor, up: &Tensor, down: &Tensor) -> Result<Tensor> {
-    let g = linear(x, gate, None)?.silu()?;
-    let u = linear(x, up, None)?;
-    linear(&(g * u)?, down, None)
-}
-
 /// The rotary tables `cos`/`sin` of shape `[positions, head_dim / 2]`: angle `p · θ^(−2i/d)`,
 /// computed in f64 and rounded once to `dtype`.
 pub fn rope_tables(

@@ -1,7 +1,20 @@
-//! The Qwen3 causal language model (Hugging Face `Qwen3ForCausalLM`), read top to bottom:
-//! the config as `config.json` spells it, the weights under their Hugging Face names, and the
-//! forward — embeddings → N × (RMSNorm → GQA attention with QK-norm and RoPE → residual →
-//! RMSNorm → SwiGLU → residual) → RMSNorm → LM head (tied to the embeddings or not).
+//! The policy's causal language model, read top to bottom: the config as `config.json` spells
+//! it, the weights under their Hugging Face names, and the forward — embeddings → N × (RMSNorm →
+//! GQA attention with RoPE → residual → RMSNorm → SwiGLU → residual) → RMSNorm → LM head (tied to
+//! the embeddings or not).
+//!
+//! One model serves the three decoder families that share this skeleton; `config.json`'s
+//! `model_type` picks one ([`Arch`]), as transformers' `AutoModelForCausalLM` does, and the
+//! differences are flags, not copies of the forward:
+//!
+//! | `model_type` | class | QK-norm | q/k/v bias | o bias | MLP bias | `head_dim` |
+//! |---|---|---|---|---|---|---|
+//! | `qwen3` | `Qwen3ForCausalLM` | yes | `attention_bias` | `attention_bias` | no | required |
+//! | `llama` | `LlamaForCausalLM` | no | `attention_bias` | `attention_bias` | `mlp_bias` | hidden / heads if absent |
+//! | `qwen2` | `Qwen2ForCausalLM` | no | always | never | no | hidden / heads |
+//!
+//! The type keeps its first name, [`Qwen3`] (and [`Qwen3Config`]): the whole crate holds the
+//! policy under it, and Qwen3 is still the architecture the trainer's default is built as.
 //!
 //! Every op records gradients (see [`super::ops`]), so the same forward serves rollout
 //! (batched, left-padded, with a [`KvCache`]) and training (full sequences, log-probs).
@@ -19,17 +32,68 @@ use super::kv_cache::KvCache;
 use super::ops;
 use crate::error::{Error, Result};
 
-/// The architecture names this model answers to in `config.json`.
+/// The architecture `Qwen3ForCausalLM` (the trainer's default).
 pub const ARCHITECTURE: &str = "Qwen3ForCausalLM";
 
-/// `config.json` of a Qwen3 model: the keys the forward needs; every other key of a real
-/// config is kept verbatim (`extra`) and written back on save.
+/// The decoder families this model runs (see the module docs for what differs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// Qwen3: QK-norm, no biases unless `attention_bias`, explicit `head_dim`.
+    Qwen3,
+    /// Llama (Llama 2/3, SmolLM2, …): no QK-norm, optional `attention_bias` / `mlp_bias`.
+    Llama,
+    /// Qwen2 / Qwen2.5: q/k/v biases, none on o_proj, no QK-norm.
+    Qwen2,
+}
+
+impl Arch {
+    /// Every supported architecture.
+    pub const ALL: [Arch; 3] = [Arch::Qwen3, Arch::Llama, Arch::Qwen2];
+
+    /// `config.json`'s `model_type`.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Arch::Qwen3 => "qwen3",
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+        }
+    }
+
+    /// The transformers class, `config.json`'s `architectures[0]`.
+    pub fn class_name(self) -> &'static str {
+        match self {
+            Arch::Qwen3 => ARCHITECTURE,
+            Arch::Llama => "LlamaForCausalLM",
+            Arch::Qwen2 => "Qwen2ForCausalLM",
+        }
+    }
+
+    /// The architecture of a `model_type`, if supported.
+    pub fn from_model_type(model_type: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.model_type() == model_type)
+    }
+
+    /// The architecture of a transformers class name, if supported.
+    pub fn from_class_name(class: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.class_name() == class)
+    }
+
+    /// Whether q and k go through a per-head RMSNorm before RoPE.
+    pub fn qk_norm(self) -> bool {
+        self == Arch::Qwen3
+    }
+}
+
+/// `config.json` of a Qwen3, Llama or Qwen2 model ([`Arch`]): the keys the forward needs; every
+/// other key of a real config is kept verbatim (`extra`) and written back on save, so a saved
+/// folder names the same `model_type` and `architectures` and transformers loads it as the same
+/// class.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Qwen3Config {
-    /// `["Qwen3ForCausalLM"]`.
+    /// `["Qwen3ForCausalLM"]`, `["LlamaForCausalLM"]` or `["Qwen2ForCausalLM"]`.
     #[serde(default)]
     pub architectures: Vec<String>,
-    /// `"qwen3"`.
+    /// `"qwen3"`, `"llama"` or `"qwen2"`: decides the architecture ([`Self::arch`]).
     #[serde(default)]
     pub model_type: String,
     /// Rows of the embedding and the LM head.
@@ -44,7 +108,9 @@ pub struct Qwen3Config {
     pub num_attention_heads: usize,
     /// Key/value heads (GQA).
     pub num_key_value_heads: usize,
-    /// Width of one head (Qwen3 sets it explicitly; it need not be hidden / heads).
+    /// Width of one head. Qwen3 sets it explicitly (it need not be hidden / heads); a Llama
+    /// config may leave it out and a Qwen2 config does: then it is hidden / heads, filled in by
+    /// [`Self::from_json`] and written on save.
     pub head_dim: usize,
     /// Longest sequence the rotary tables cover.
     pub max_position_embeddings: usize,
@@ -55,9 +121,14 @@ pub struct Qwen3Config {
     /// Whether the LM head reuses the embedding matrix.
     #[serde(default)]
     pub tie_word_embeddings: bool,
-    /// Biases on the q/k/v/o projections (false in Qwen3).
+    /// Biases on the q/k/v/o projections (Qwen3 and Llama; false in their releases). Qwen2
+    /// ignores the key, as transformers does: its q/k/v always have biases, its o_proj never.
     #[serde(default)]
     pub attention_bias: bool,
+    /// Biases on the gate/up/down projections (Llama only; other architectures ignore it, as
+    /// transformers does). Not written when false, so Qwen configs gain no key.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mlp_bias: bool,
     /// `"silu"` (the only activation Qwen3 uses).
     #[serde(default = "default_act")]
     pub hidden_act: String,
@@ -119,6 +190,7 @@ impl Qwen3Config {
             rms_norm_eps: 1e-6,
             tie_word_embeddings: true,
             attention_bias: false,
+            mlp_bias: false,
             hidden_act: default_act(),
             initializer_range: default_init(),
             use_sliding_window: false,
@@ -126,7 +198,52 @@ impl Qwen3Config {
         }
     }
 
+    /// The same config as another architecture: `model_type` and `architectures` as that
+    /// family's `config.json` names them (every size key kept).
+    pub fn with_arch(mut self, arch: Arch) -> Self {
+        self.model_type = arch.model_type().into();
+        self.architectures = vec![arch.class_name().into()];
+        self
+    }
+
+    /// The architecture `model_type` names (`architectures` when `model_type` is absent);
+    /// [`Self::validate`] has checked it is one of [`Arch::ALL`], and this falls back to Qwen3
+    /// for a config that was never validated.
+    pub fn arch(&self) -> Arch {
+        Arch::from_model_type(&self.model_type)
+            .or_else(|| {
+                self.architectures
+                    .iter()
+                    .find_map(|a| Arch::from_class_name(a))
+            })
+            .unwrap_or(Arch::Qwen3)
+    }
+
+    /// Whether q/k/v have biases.
+    pub fn qkv_bias(&self) -> bool {
+        match self.arch() {
+            Arch::Qwen2 => true,
+            Arch::Qwen3 | Arch::Llama => self.attention_bias,
+        }
+    }
+
+    /// Whether o_proj has a bias.
+    pub fn o_bias(&self) -> bool {
+        match self.arch() {
+            Arch::Qwen2 => false,
+            Arch::Qwen3 | Arch::Llama => self.attention_bias,
+        }
+    }
+
+    /// Whether gate/up/down have biases.
+    pub fn mlp_biased(&self) -> bool {
+        self.arch() == Arch::Llama && self.mlp_bias
+    }
+
     /// Parses `config.json` text; `path` names the file in errors.
+    ///
+    /// The architecture comes from `model_type` (or, without it, `architectures`); an unknown
+    /// one is an error naming it. A missing or null `head_dim` is hidden / heads (Llama, Qwen2).
     ///
     /// Both spellings of the RoPE base load: the top-level `rope_theta` of transformers 4, and
     /// the `rope_parameters: {rope_theta, rope_type}` object transformers 5 writes instead (kept
@@ -136,13 +253,31 @@ impl Qwen3Config {
     pub fn from_json(text: &str, path: &Path) -> Result<Self> {
         let not_config = |e: serde_json::Error| Error::Json {
             path: path.into(),
-            message: format!("not a Qwen3 config.json: {e}"),
+            message: format!("not a config.json of a Qwen3, Llama or Qwen2 model: {e}"),
         };
         let mut value: serde_json::Value = serde_json::from_str(text).map_err(not_config)?;
         Self::lift_rope_parameters(&mut value, path)?;
+        Self::default_head_dim(&mut value);
         let cfg: Self = serde_json::from_value(value).map_err(not_config)?;
         cfg.validate(path)?;
         Ok(cfg)
+    }
+
+    /// Fills a missing or null `head_dim` with hidden / heads, as transformers' Llama and Qwen2
+    /// configs do (an unreadable size is left for serde and [`Self::validate`] to name).
+    fn default_head_dim(value: &mut serde_json::Value) {
+        let Some(obj) = value.as_object_mut() else {
+            return;
+        };
+        if !matches!(obj.get("head_dim"), None | Some(serde_json::Value::Null)) {
+            return;
+        }
+        let size = |k: &str| obj.get(k).and_then(serde_json::Value::as_u64);
+        if let (Some(hidden), Some(heads)) = (size("hidden_size"), size("num_attention_heads")) {
+            if heads > 0 && hidden % heads == 0 {
+                obj.insert("head_dim".into(), serde_json::json!(hidden / heads));
+            }
+        }
     }
 
     /// Reads transformers 5's `rope_parameters` into the top-level `rope_theta` the forward
@@ -200,21 +335,51 @@ impl Qwen3Config {
         Ok(())
     }
 
-    /// Checks that this is a Qwen3 config the forward can run.
+    /// Checks that this is a config the forward can run: a supported `model_type` (or, without
+    /// one, a supported class in `architectures`), `architectures` naming that family's causal
+    /// LM when it names any, plain RoPE, SiLU, consistent sizes.
     pub fn validate(&self, path: &Path) -> Result<()> {
         let bad = |key: &str, message: String| Error::Config {
             path: path.into(),
             key: key.into(),
             message,
         };
-        let arch_ok = self.architectures.iter().any(|a| a == ARCHITECTURE)
-            || (self.architectures.is_empty() && self.model_type == "qwen3");
-        if !arch_ok {
+        let supported = Arch::ALL.map(Arch::model_type).join(", ");
+        let arch = if self.model_type.is_empty() {
+            self.architectures
+                .iter()
+                .find_map(|a| Arch::from_class_name(a))
+                .ok_or_else(|| {
+                    bad(
+                        "architectures",
+                        format!(
+                            "{:?} without a model_type: expected one of {:?}",
+                            self.architectures,
+                            Arch::ALL.map(Arch::class_name)
+                        ),
+                    )
+                })?
+        } else {
+            Arch::from_model_type(&self.model_type).ok_or_else(|| {
+                bad(
+                    "model_type",
+                    format!(
+                        "{:?} is not a supported architecture (supported: {supported})",
+                        self.model_type
+                    ),
+                )
+            })?
+        };
+        if !self.architectures.is_empty()
+            && !self.architectures.iter().any(|a| a == arch.class_name())
+        {
             return Err(bad(
                 "architectures",
                 format!(
-                    "{:?} (model_type {:?}) is not {ARCHITECTURE}",
-                    self.architectures, self.model_type
+                    "{:?} does not name {} (model_type {:?})",
+                    self.architectures,
+                    arch.class_name(),
+                    arch.model_type()
                 ),
             ));
         }
@@ -302,18 +467,27 @@ impl Qwen3Config {
             out.push((format!("{p}.self_attn.k_proj.weight"), vec![kv, d]));
             out.push((format!("{p}.self_attn.v_proj.weight"), vec![kv, d]));
             out.push((format!("{p}.self_attn.o_proj.weight"), vec![d, q]));
-            if self.attention_bias {
+            if self.qkv_bias() {
                 out.push((format!("{p}.self_attn.q_proj.bias"), vec![q]));
                 out.push((format!("{p}.self_attn.k_proj.bias"), vec![kv]));
                 out.push((format!("{p}.self_attn.v_proj.bias"), vec![kv]));
+            }
+            if self.o_bias() {
                 out.push((format!("{p}.self_attn.o_proj.bias"), vec![d]));
             }
-            out.push((format!("{p}.self_attn.q_norm.weight"), vec![self.head_dim]));
-            out.push((format!("{p}.self_attn.k_norm.weight"), vec![self.head_dim]));
+            if self.arch().qk_norm() {
+                out.push((format!("{p}.self_attn.q_norm.weight"), vec![self.head_dim]));
+                out.push((format!("{p}.self_attn.k_norm.weight"), vec![self.head_dim]));
+            }
             out.push((format!("{p}.post_attention_layernorm.weight"), vec![d]));
             out.push((format!("{p}.mlp.gate_proj.weight"), vec![f, d]));
             out.push((format!("{p}.mlp.up_proj.weight"), vec![f, d]));
             out.push((format!("{p}.mlp.down_proj.weight"), vec![d, f]));
+            if self.mlp_biased() {
+                out.push((format!("{p}.mlp.gate_proj.bias"), vec![f]));
+                out.push((format!("{p}.mlp.up_proj.bias"), vec![f]));
+                out.push((format!("{p}.mlp.down_proj.bias"), vec![d]));
+            }
         }
         out.push(("model.norm.weight".to_string(), vec![d]));
         if !self.tie_word_embeddings {
@@ -343,12 +517,13 @@ struct Layer {
     k_proj: Proj,
     v_proj: Proj,
     o_proj: Proj,
-    q_norm: Tensor,
-    k_norm: Tensor,
+    /// Qwen3's per-head RMSNorm of q and k (none in Llama and Qwen2).
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
     post_attention_layernorm: Tensor,
-    gate_proj: Tensor,
-    up_proj: Tensor,
-    down_proj: Tensor,
+    gate_proj: Proj,
+    up_proj: Proj,
+    down_proj: Proj,
 }
 
 /// Per-position log-probabilities (and entropies) of a batch of sequences.
@@ -360,8 +535,8 @@ pub struct TokenLogProbs {
     pub entropy: Tensor,
 }
 
-/// A Qwen3 causal LM whose parameters are candle [`Var`]s (trainable) under their Hugging Face
-/// names.
+/// A Qwen3, Llama or Qwen2 causal LM ([`Arch`]) whose parameters are candle [`Var`]s
+/// (trainable) under their Hugging Face names.
 #[derive(Debug)]
 pub struct Qwen3 {
     cfg: Qwen3Config,
@@ -422,7 +597,8 @@ impl Qwen3 {
                 path: source.into(),
                 tensor: name.clone(),
                 message: format!(
-                    "not a tensor of {ARCHITECTURE} with this config ({} unexpected tensors)",
+                    "not a tensor of {} with this config ({} unexpected tensors)",
+                    cfg.arch().class_name(),
                     weights.len()
                 ),
             });
@@ -430,7 +606,7 @@ impl Qwen3 {
         Self::assemble(cfg, params, dtype, device)
     }
 
-    /// A randomly initialised model, as `transformers` initialises Qwen3 (weights
+    /// A randomly initialised model, as `transformers` initialises these models (weights
     /// `N(0, initializer_range)`, biases 0, norm weights 1), from a seeded ChaCha12 stream:
     /// the same seed gives the same weights on every machine.
     pub fn random(cfg: Qwen3Config, seed: u64, dtype: DType, device: &Device) -> Result<Self> {
@@ -481,12 +657,12 @@ impl Qwen3 {
                     k_proj: proj(&format!("{p}.self_attn.k_proj")),
                     v_proj: proj(&format!("{p}.self_attn.v_proj")),
                     o_proj: proj(&format!("{p}.self_attn.o_proj")),
-                    q_norm: get(&format!("{p}.self_attn.q_norm.weight")),
-                    k_norm: get(&format!("{p}.self_attn.k_norm.weight")),
+                    q_norm: opt(&format!("{p}.self_attn.q_norm.weight")),
+                    k_norm: opt(&format!("{p}.self_attn.k_norm.weight")),
                     post_attention_layernorm: get(&format!("{p}.post_attention_layernorm.weight")),
-                    gate_proj: get(&format!("{p}.mlp.gate_proj.weight")),
-                    up_proj: get(&format!("{p}.mlp.up_proj.weight")),
-                    down_proj: get(&format!("{p}.mlp.down_proj.weight")),
+                    gate_proj: proj(&format!("{p}.mlp.gate_proj")),
+                    up_proj: proj(&format!("{p}.mlp.up_proj")),
+                    down_proj: proj(&format!("{p}.mlp.down_proj")),
                 }
             })
             .collect();
@@ -574,6 +750,35 @@ impl Qwen3 {
         self.params.values().map(|v| v.elem_count()).sum()
     }
 
+    /// This model with `vocab_size` rows of embedding (and of an untied LM head), for a
+    /// tokenizer that gained tokens: the new rows are the mean of the old ones (transformers'
+    /// `resize_token_embeddings` starts from the same mean), so a new token starts as an average
+    /// token rather than as noise that could dominate the softmax. A size at or below the current
+    /// one returns the model unchanged (Qwen3 pads its embedding past the tokenizer already).
+    pub fn with_vocab_size(self, vocab_size: usize) -> Result<Self> {
+        if vocab_size <= self.cfg.vocab_size {
+            return Ok(self);
+        }
+        let extra = vocab_size - self.cfg.vocab_size;
+        let grow = |t: &Tensor| -> Result<Tensor> {
+            let mean = t.mean_keepdim(0)?;
+            let rows = mean.broadcast_as((extra, t.dim(1)?))?.contiguous()?;
+            Ok(Tensor::cat(&[t, &rows], 0)?)
+        };
+        let fused = self.fused;
+        let (mut cfg, mut params) = (self.cfg, self.params);
+        for name in ["model.embed_tokens.weight", "lm_head.weight"] {
+            if let Some(v) = params.get(name) {
+                let grown = grow(v.as_tensor())?;
+                params.insert(name.into(), Var::from_tensor(&grown)?);
+            }
+        }
+        cfg.vocab_size = vocab_size;
+        let mut model = Self::assemble(cfg, params, self.dtype, &self.device)?;
+        model.fused = fused;
+        Ok(model)
+    }
+
     /// A deep copy whose weights no optimizer step touches (the frozen reference policy of the
     /// KL term, or a snapshot).
     pub fn frozen_copy(&self) -> Result<Self> {
@@ -618,17 +823,19 @@ impl Qwen3 {
             let flash = l > 1 && hd.is_multiple_of(16);
             for (i, layer) in self.layers.iter().enumerate() {
                 let hn = fused::rms_norm(&x, &layer.input_layernorm, eps)?;
-                let qkv = |p: &Proj, heads: usize, norm: Option<&Tensor>| -> Result<Tensor> {
-                    let t = p.forward(&hn)?.reshape((b, l, heads, hd))?;
-                    let t = match norm {
-                        Some(w) => fused::rope(&fused::rms_norm(&t, w, eps)?, &cs)?,
-                        None => t,
-                    };
-                    Ok(t.transpose(1, 2)?)
+                let qkv = |p: &Proj, heads: usize, norm: Option<&Tensor>, rope: bool| {
+                    let mut t = p.forward(&hn)?.reshape((b, l, heads, hd))?;
+                    if let Some(w) = norm {
+                        t = fused::rms_norm(&t, w, eps)?;
+                    }
+                    if rope {
+                        t = fused::rope(&t, &cs)?;
+                    }
+                    Ok::<_, Error>(t.transpose(1, 2)?)
                 };
-                let q = qkv(&layer.q_proj, h, Some(&layer.q_norm))?;
-                let k = qkv(&layer.k_proj, kv, Some(&layer.k_norm))?;
-                let v = qkv(&layer.v_proj, kv, None)?;
+                let q = qkv(&layer.q_proj, h, layer.q_norm.as_ref(), true)?;
+                let k = qkv(&layer.k_proj, kv, layer.k_norm.as_ref(), true)?;
+                let v = qkv(&layer.v_proj, kv, None, false)?;
                 let (k, v) = match cache.as_deref_mut() {
                     Some(c) => c.append(i, &k, &v)?,
                     None => (k, v),
@@ -646,9 +853,13 @@ impl Qwen3 {
                 let hn = fused::rms_norm(&x, &layer.post_attention_layernorm, eps)?;
                 // One matmul for gate and up (their weights stacked: a [2m, d] copy per step,
                 // split again by cat's backward): one read of hn, one gradient for it.
-                let gate_up = Tensor::cat(&[&layer.gate_proj, &layer.up_proj], 0)?;
-                let act = fused::swiglu_packed(&ops::linear(&hn, &gate_up, None)?)?;
-                x = (&x + ops::linear(&act, &layer.down_proj, None)?)?;
+                let gate_up = Tensor::cat(&[&layer.gate_proj.w, &layer.up_proj.w], 0)?;
+                let gate_up_b = match (&layer.gate_proj.b, &layer.up_proj.b) {
+                    (Some(g), Some(u)) => Some(Tensor::cat(&[g, u], 0)?),
+                    _ => None,
+                };
+                let act = fused::swiglu_packed(&ops::linear(&hn, &gate_up, gate_up_b.as_ref())?)?;
+                x = (&x + layer.down_proj.forward(&act)?)?;
             }
             if let Some(c) = cache {
                 c.advance(l);
@@ -681,8 +892,12 @@ impl Qwen3 {
                 .forward(&hn)?
                 .reshape((b, l, kv, hd))?
                 .transpose(1, 2)?;
-            let q = ops::rope(&ops::rms_norm(&q, &layer.q_norm, eps)?, &cos, &sin)?;
-            let k = ops::rope(&ops::rms_norm(&k, &layer.k_norm, eps)?, &cos, &sin)?;
+            let norm = |t: Tensor, w: &Option<Tensor>| match w {
+                Some(w) => ops::rms_norm(&t, w, eps),
+                None => Ok(t),
+            };
+            let q = ops::rope(&norm(q, &layer.q_norm)?, &cos, &sin)?;
+            let k = ops::rope(&norm(k, &layer.k_norm)?, &cos, &sin)?;
             let (k, v) = match cache.as_deref_mut() {
                 Some(c) => c.append(i, &k, &v)?,
                 None => (k, v.contiguous()?),
@@ -691,7 +906,8 @@ impl Qwen3 {
             let ctx = ctx.transpose(1, 2)?.reshape((b, l, h * hd))?;
             x = (x + layer.o_proj.forward(&ctx)?)?;
             let hn = ops::rms_norm(&x, &layer.post_attention_layernorm, eps)?;
-            x = (&x + ops::swiglu(&hn, &layer.gate_proj, &layer.up_proj, &layer.down_proj)?)?;
+            let act = (layer.gate_proj.forward(&hn)?.silu()? * layer.up_proj.forward(&hn)?)?;
+            x = (&x + layer.down_proj.forward(&act)?)?;
         }
         if let Some(c) = cache {
             c.advance(l);

@@ -69,19 +69,49 @@ pub struct RunResult {
     pub seconds: f64,
 }
 
-/// Builds the policy a fresh run starts from: a checkpoint's, or the default tokenizer and a
-/// random model shaped by `cfg.model`.
+/// A user's model and tokenizer made ready for the T²PO decode loop: the tags
+/// [`Tokenizer::control_tokens`] needs that the tokenizer lacks (a Llama's or Qwen2's has no
+/// `<think>`) are added ([`Tokenizer::with_control_tags`]) and the embedding grows to cover
+/// them ([`Qwen3::with_vocab_size`]); the tags added are returned for the log. A tokenizer whose
+/// ids run past the model's embedding is an error naming both sizes.
+pub fn with_control_tags(model: Qwen3, tok: Tokenizer) -> Result<(Qwen3, Tokenizer, Vec<String>)> {
+    let (tok, added) = tok.with_control_tags()?;
+    let before = model.config().vocab_size;
+    if added.is_empty() && tok.id_bound() > before {
+        return Err(crate::Error::invalid(
+            "tokenizer",
+            format!(
+                "its ids run to {} but the model's embedding has {before} rows",
+                tok.id_bound()
+            ),
+        ));
+    }
+    let model = model.with_vocab_size(tok.id_bound())?;
+    Ok((model, tok, added))
+}
+
+/// Builds the policy a fresh run starts from: a Hugging Face checkpoint folder's or a GGUF
+/// file's ([`crate::gguf`]), with the control tags it lacks added ([`with_control_tags`]), or
+/// the default tokenizer and a random model shaped by `cfg.model`.
 pub fn initial_policy(
     cfg: &TrainConfig,
     init: Option<&Path>,
     device: &Device,
 ) -> Result<(Qwen3, Tokenizer)> {
     match init {
-        Some(dir) => {
-            // A training checkpoint's files are checked first (an unverified one loads as is).
-            state::verify_if_training_checkpoint(dir)?;
-            let model = checkpoint::load(dir, DType::F32, device)?;
-            let tok = Tokenizer::load(dir.join("tokenizer.json"))?;
+        Some(path) => {
+            let (model, tok) = if crate::gguf::is_gguf(path) {
+                crate::gguf::load(path, DType::F32, device)?
+            } else {
+                // A training checkpoint's files are checked first (an unverified one loads as
+                // is).
+                state::verify_if_training_checkpoint(path)?;
+                (
+                    checkpoint::load(path, DType::F32, device)?,
+                    Tokenizer::load(path.join("tokenizer.json"))?,
+                )
+            };
+            let (model, tok, _) = with_control_tags(model, tok)?;
             Ok((model, tok))
         }
         None => {

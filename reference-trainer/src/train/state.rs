@@ -520,14 +520,20 @@ mod tests {
         let ck = save(out, &model, &tok, &opt, &state, 1).unwrap();
         let path = ck.join("config.json");
         let text = fs::read_to_string(&path).unwrap();
-        fs::write(&path, text.replace("Qwen3ForCausalLM", "LlamaForCausalLM")).unwrap();
+        // Qwen3, Llama and Qwen2 load; Mistral is not one of them.
+        fs::write(
+            &path,
+            text.replace("Qwen3ForCausalLM", "MistralForCausalLM")
+                .replace("\"qwen3\"", "\"mistral\""),
+        )
+        .unwrap();
         // The model loader's own check (the checkpoint's checksums would catch the edit first).
         let e = checkpoint::load(&ck, DType::F32, &Device::Cpu)
             .err()
             .unwrap()
             .to_string();
         assert!(
-            e.contains("architectures") && e.contains("config.json"),
+            e.contains("model_type") && e.contains("mistral") && e.contains("config.json"),
             "{e}"
         );
     }
