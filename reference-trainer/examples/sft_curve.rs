@@ -138,6 +138,7 @@ fn main() -> Result<()> {
         let n = cfg.train.eval_tasks.min(pool.num_tasks(Split::Test));
         let tasks: Vec<usize> = (0..n).collect();
         let (records, stats, secs) = run_episodes(
+            "eval",
             &policy,
             &tok,
             &pool,
@@ -205,6 +206,7 @@ fn main() -> Result<()> {
     }
     // A few held-out episodes, greedy, to read.
     let (records, _, _) = run_episodes(
+        "eval",
         &policy,
         &tok,
         &pool,

@@ -17,7 +17,7 @@ use candle_core::{DType, Device};
 use reference_trainer::model::checkpoint;
 use reference_trainer::rollout::{EpisodeRecord, Split};
 use reference_trainer::tokenizer::Tokenizer;
-use reference_trainer::train::rft::{purpose, run_episodes, sample_tasks, Reporter};
+use reference_trainer::train::rft::{demo_tasks, purpose, run_episodes, sample_tasks, Reporter};
 use reference_trainer::train::run::pool_for;
 use reference_trainer::train::state::derive_seed;
 use reference_trainer::train::TrainConfig;
@@ -151,11 +151,7 @@ fn main() -> Result<()> {
     let policy = checkpoint::load(&dir, DType::F32, &Device::Cpu)?;
     let tok = Tokenizer::load(dir.join("tokenizer.json"))?;
     let pool = pool_for(&cfg)?;
-    let demo = sample_tasks(
-        &pool,
-        cfg.rft.demo_tasks,
-        derive_seed(cfg.seed, 0, purpose::DEMO_TASKS),
-    );
+    let demo = demo_tasks(&pool, &cfg);
     let seen: std::collections::HashSet<usize> = demo.iter().copied().collect();
     let unseen: Vec<usize> = sample_tasks(&pool, pool.num_tasks(Split::Train), 12345)
         .into_iter()
@@ -171,6 +167,7 @@ fn main() -> Result<()> {
         ("held-out", Split::Test, &held, 12),
     ] {
         let (records, _, secs) = run_episodes(
+            "eval",
             &policy,
             &tok,
             &pool,

@@ -2,6 +2,8 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
@@ -16,15 +18,121 @@ use reference_trainer::tokenizer::Tokenizer;
 use reference_trainer::train::{train, Reporter, RunOptions, RunResult, TrainConfig};
 
 /// Log lines on stdout; one progress bar per phase on stderr (indicatif draws nothing when
-/// stderr is not a terminal, so logs and CI stay clean).
+/// stderr is not a terminal, so logs and CI stay clean); the signal that asked the run to stop.
 struct CliReporter {
     quiet: bool,
     bar: Option<indicatif::ProgressBar>,
+    /// The number of the signal that asked to stop (0: none), set by the signal handlers.
+    stop: Arc<AtomicUsize>,
+    fault: Option<SignalFault>,
 }
 
 impl CliReporter {
     fn new(quiet: bool) -> Self {
-        Self { quiet, bar: None }
+        Self {
+            quiet,
+            bar: None,
+            stop: Arc::new(AtomicUsize::new(0)),
+            fault: None,
+        }
+    }
+
+    /// Stops the run at its next safe point on SIGINT or SIGTERM (the signal's number goes to
+    /// `stop`); a second one ends the process at once, with the same exit code (every file a
+    /// run writes is written to a temporary name and renamed, so that is safe too).
+    ///
+    /// signal-hook, not ctrlc: the exit code must say which signal came (130 for SIGINT, 143
+    /// for SIGTERM, as shells expect), and ctrlc's handler does not tell; signal-hook's handler
+    /// only stores into an atomic, and its registry crate is already in the tree (tokio's).
+    fn stop_on_signals(mut self) -> Result<Self> {
+        let asked = Arc::new(AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            // Registered first, so it sees the flag as the previous signal left it.
+            signal_hook::flag::register_conditional_shutdown(
+                signal,
+                128 + signal,
+                Arc::clone(&asked),
+            )?;
+            signal_hook::flag::register_usize(signal, Arc::clone(&self.stop), signal as usize)?;
+            signal_hook::flag::register(signal, Arc::clone(&asked))?;
+        }
+        self.fault = SignalFault::from_env()?;
+        Ok(self)
+    }
+}
+
+/// Test hook, `T2PO_TEST_SIGNAL=SIG:PHASE:N[:K]` (SIG one of `TERM`, `INT`, `KILL`): the
+/// process sends itself that signal in the N-th (1-based) progress phase named PHASE, right
+/// after its K-th unit of work (default 1; `checkpoint`: 1 is after the model file is written,
+/// `update`: a micro-batch). The tests use it to land a signal inside a given phase of a tiny
+/// run, where the phases last milliseconds and a signal from outside could not be aimed. Not
+/// read outside `train`.
+struct SignalFault {
+    signal: i32,
+    phase: String,
+    nth: usize,
+    after: usize,
+    seen: usize,
+    /// Units of work left before the signal, in the phase it is aimed at.
+    armed: Option<usize>,
+}
+
+impl SignalFault {
+    const VAR: &'static str = "T2PO_TEST_SIGNAL";
+
+    fn from_env() -> Result<Option<Self>> {
+        let Ok(spec) = std::env::var(Self::VAR) else {
+            return Ok(None);
+        };
+        let parts: Vec<&str> = spec.split(':').collect();
+        let (signal, phase, nth, after) = match parts[..] {
+            [sig, phase, n] => (sig, phase, n, "1"),
+            [sig, phase, n, k] => (sig, phase, n, k),
+            _ => anyhow::bail!("{}={spec:?}: expected SIG:PHASE:N[:K]", Self::VAR),
+        };
+        let signal = match signal {
+            "TERM" => signal_hook::consts::SIGTERM,
+            "INT" => signal_hook::consts::SIGINT,
+            "KILL" => signal_hook::consts::SIGKILL,
+            other => anyhow::bail!("{}: signal {other:?} (TERM, INT or KILL)", Self::VAR),
+        };
+        let nth = nth
+            .parse()
+            .with_context(|| format!("{}={spec:?}: N", Self::VAR))?;
+        let after = after
+            .parse()
+            .with_context(|| format!("{}={spec:?}: K", Self::VAR))?;
+        Ok(Some(Self {
+            signal,
+            phase: phase.to_string(),
+            nth,
+            after,
+            seen: 0,
+            armed: None,
+        }))
+    }
+
+    fn begin(&mut self, phase: &str) {
+        if phase == self.phase {
+            self.seen += 1;
+            self.armed = (self.seen == self.nth).then_some(self.after);
+        }
+    }
+
+    fn advance(&mut self) {
+        match self.armed {
+            Some(left) if left > 1 => self.armed = Some(left - 1),
+            Some(_) => {
+                self.armed = None;
+                // A failed raise leaves the run going, which the test then reports.
+                let _ = signal_hook::low_level::raise(self.signal);
+            }
+            None => {}
+        }
+    }
+
+    fn end(&mut self) {
+        self.armed = None;
     }
 }
 
@@ -37,6 +145,9 @@ impl Reporter for CliReporter {
     }
 
     fn begin(&mut self, phase: &str, total: usize) {
+        if let Some(f) = &mut self.fault {
+            f.begin(phase);
+        }
         if self.quiet {
             return;
         }
@@ -54,11 +165,24 @@ impl Reporter for CliReporter {
         if let Some(b) = &self.bar {
             b.set_position(done as u64);
         }
+        if let Some(f) = &mut self.fault {
+            f.advance();
+        }
     }
 
     fn end(&mut self) {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
+        }
+        if let Some(f) = &mut self.fault {
+            f.end();
+        }
+    }
+
+    fn stop_requested(&self) -> Option<i32> {
+        match self.stop.load(Ordering::Relaxed) {
+            0 => None,
+            signal => Some(signal as i32),
         }
     }
 }
@@ -257,6 +381,11 @@ enum Command {
 fn main() {
     reference_trainer::tune_allocator();
     if let Err(e) = run() {
+        if let Some(reference_trainer::Error::Interrupted { signal, .. }) = e.downcast_ref() {
+            // What a shell reports for a process its signal ended: 130 SIGINT, 143 SIGTERM.
+            eprintln!("{e}");
+            std::process::exit(128 + signal);
+        }
         eprintln!("error: {}", chain(&e));
         std::process::exit(1);
     }
@@ -370,7 +499,7 @@ fn run() -> Result<()> {
         } => {
             let cfg = config_of(&run, iterations)?;
             let out = out_of(&run, &cfg, "");
-            let mut rep = CliReporter::new(run.quiet);
+            let mut rep = CliReporter::new(run.quiet).stop_on_signals()?;
             let result = train(
                 cfg.clone(),
                 &RunOptions {
@@ -434,19 +563,26 @@ fn run() -> Result<()> {
                     checkpoint::CONFIG
                 );
             }
-            let mut cfg = match &config {
-                Some(p) => TrainConfig::load(p)?,
+            // A training checkpoint (it has trainer_state.json) has its files checked against
+            // the checksums it recorded before anything is loaded.
+            let trainer_state = if ckpt.join("trainer_state.json").is_file() {
+                let (state, verified) = reference_trainer::train::state::verify(&ckpt)?;
+                if !verified {
+                    eprintln!(
+                        "{}",
+                        reference_trainer::train::state::unverified_note(&ckpt)
+                    );
+                }
+                Some((state, ckpt.join("trainer_state.json")))
+            } else {
+                None
+            };
+            let mut cfg = match (&config, &trainer_state) {
+                (Some(p), _) => TrainConfig::load(p)?,
                 // A training checkpoint carries its run's config: evaluated with it, it
                 // reproduces the run's own held-out numbers.
-                None if ckpt.join("trainer_state.json").is_file() => {
-                    let path = ckpt.join("trainer_state.json");
-                    let state: serde_json::Value = serde_json::from_str(
-                        &std::fs::read_to_string(&path)
-                            .with_context(|| path.display().to_string())?,
-                    )
-                    .with_context(|| path.display().to_string())?;
-                    let text = state["config"].as_str().unwrap_or_default();
-                    let cfg = TrainConfig::parse(text, &path)?;
+                (None, Some((state, path))) => {
+                    let cfg = TrainConfig::parse(&state.config, path)?;
                     if cfg.env != env && env_given() {
                         anyhow::bail!(
                             "--env {} but {} was trained on {}",
@@ -457,7 +593,7 @@ fn run() -> Result<()> {
                     }
                     cfg
                 }
-                None => TrainConfig::default_for(env)?,
+                (None, None) => TrainConfig::default_for(env)?,
             };
             if let Some(s) = seed {
                 cfg.seed = s;
@@ -561,6 +697,7 @@ fn run() -> Result<()> {
                     control_tags_added(model, tok)?
                 }
                 Some(dir) => {
+                    reference_trainer::train::state::verify_if_training_checkpoint(dir)?;
                     let model = checkpoint::load(dir, DType::F32, &device)?;
                     let tok = Tokenizer::load(dir.join("tokenizer.json"))?;
                     control_tags_added(model, tok)?

@@ -31,7 +31,8 @@
 // `t2po_seq.flags`: inside a think block now.
 #define T2PO_SEQ_INSIDE (1 << 0)
 
-// `t2po_seq.flags`: the think state the prompt tokens left.
+// `t2po_seq.flags`: the prompt ends inside think — as the prompt tokens left it, and from
+// `begin_generation` on as its `think_start` resolved it.
 #define T2PO_SEQ_PROMPT_INSIDE (1 << 1)
 
 // `t2po_seq.flags`: between `begin_generation` and `reset`.
@@ -272,7 +273,9 @@ enum t2po_think_start
   : uint32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
-  // As the prompt tokens given to `t2po_seq_accept` since the last reset left it.
+  // The prompt's think state as the sequence holds it (`t2po_seq_info.prompt_inside_think`):
+  // what the prompt tokens given to `t2po_seq_accept` since the last reset left, or, for
+  // another try of a generation, the state that generation started from.
   T2PO_THINK_START_FROM_PROMPT = 0,
   // Inside a think block (the prompt ends with `<think>`).
   T2PO_THINK_START_INSIDE = 1,
@@ -484,7 +487,10 @@ typedef struct {
   // are off until the model opens think itself: with `T2PO_THINK_START_FROM_PROMPT` that is
   // the case when the prompt's `<think>` was never given to `t2po_seq_accept_prompt`.
   uint32_t tti_armed;
-  // 1 when the prompt tokens accepted since the last reset left the sequence inside think.
+  // 1 when the prompt ends inside think, where the generation starts: before
+  // `t2po_seq_begin_generation`, what the prompt tokens accepted since the last reset left;
+  // from it on, its `think_start` resolved (`T2PO_THINK_START_INSIDE` 1, `_OUTSIDE` 0,
+  // whatever the prompt tokens said; `_FROM_PROMPT` what they left).
   uint32_t prompt_inside_think;
   // 1 when TTI fired and the model closed think itself on the firing step, so the forced
   // queue was dropped (`T2PO_EVENT_MODEL_CLOSED` from `t2po_seq_accept_event`).

@@ -256,7 +256,10 @@ pub struct SeqInfo {
     /// are off until the model opens think itself: with `T2PO_THINK_START_FROM_PROMPT` that is
     /// the case when the prompt's `<think>` was never given to `t2po_seq_accept_prompt`.
     pub tti_armed: u32,
-    /// 1 when the prompt tokens accepted since the last reset left the sequence inside think.
+    /// 1 when the prompt ends inside think, where the generation starts: before
+    /// `t2po_seq_begin_generation`, what the prompt tokens accepted since the last reset left;
+    /// from it on, its `think_start` resolved (`T2PO_THINK_START_INSIDE` 1, `_OUTSIDE` 0,
+    /// whatever the prompt tokens said; `_FROM_PROMPT` what they left).
     pub prompt_inside_think: u32,
     /// 1 when TTI fired and the model closed think itself on the firing step, so the forced
     /// queue was dropped (`T2PO_EVENT_MODEL_CLOSED` from `t2po_seq_accept_event`).

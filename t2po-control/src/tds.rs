@@ -29,14 +29,24 @@ pub struct TurnAccumulator {
 
 const EXP_MASK: u64 = 0x7FF << 52;
 
+/// The most one factor `max(M_t, φ_floor)` can move the product's binary exponent, either way:
+/// the factor is an f32 in `[2^-149, 2^128)` (φ_floor > 0), the mantissa is in `[1, 2)`.
+const MAX_EXPONENT_STEP: u64 = 150;
+
 impl TurnAccumulator {
-    /// Adds `M_t` of generated position `t` (1-based).
+    /// Adds `M_t` of generated position `t` (1-based). An accumulator that no sequence of pushes
+    /// can produce (see [`reachable`](Self::reachable): its owner wrote bytes into it) is left
+    /// as it is, so it stays an error until the sequence is reset: adding to it would
+    /// renormalise a NaN or infinite mantissa into `[1, 2)` and turn garbage into a Φ.
     #[inline]
     pub fn push(&mut self, cfg: &Config, t: u32, m: f32) {
+        if !self.reachable(cfg) {
+            return;
+        }
         if cfg.turn_mean == TurnMean::Arithmetic as u32 {
             if t > cfg.phi_skip {
                 self.sum += m as f64;
-                self.count_after_skip += 1;
+                self.count_after_skip = self.count_after_skip.saturating_add(1);
             }
         } else {
             let x = m.max(cfg.phi_floor) as f64; // NaN-free: max returns the floor for NaN
@@ -48,14 +58,35 @@ impl TurnAccumulator {
             let bits = prod.to_bits();
             self.exponent += ((bits & EXP_MASK) >> 52) as i64 - 1023;
             self.mantissa = f64::from_bits((bits & !EXP_MASK) | (1023 << 52));
-            self.count += 1;
+            self.count = self.count.saturating_add(1);
         }
     }
 
-    /// Φ of the turn so far; [`Error::EmptyTurn`] when no token entered it, and
-    /// [`Error::BadAccumulator`] when the sums are not finite (state corrupted by its owner:
-    /// the kernel itself only ever adds finite values) or Φ would not be.
+    /// Whether the fields `cfg`'s turn mean uses hold a value that pushes of f32 `M_t` onto a
+    /// fresh accumulator can produce: geometric — the fresh zeros, or a mantissa in `[1, 2)`
+    /// and an exponent within 150 per token; arithmetic — a finite sum within `f32::MAX` per
+    /// token. Anything else was written by the state's owner, not by the kernel.
+    pub fn reachable(&self, cfg: &Config) -> bool {
+        if cfg.turn_mean == TurnMean::Arithmetic as u32 {
+            let bound = self.count_after_skip as f64 * f32::MAX as f64;
+            self.sum.is_finite() && self.sum.abs() <= bound
+        } else if self.count == 0 {
+            self.mantissa == 0.0 && self.exponent == 0
+        } else {
+            (1.0..2.0).contains(&self.mantissa)
+                && self.exponent.unsigned_abs() <= u64::from(self.count) * MAX_EXPONENT_STEP
+        }
+    }
+
+    /// Φ of the turn so far; [`Error::BadAccumulator`] when the accumulator is not
+    /// [`reachable`](Self::reachable) (state corrupted by its owner: the kernel itself only
+    /// ever adds finite values) or Φ would not be finite, and [`Error::EmptyTurn`] when no
+    /// token entered it. A corrupted accumulator stays an error for the rest of the generation
+    /// ([`push`](Self::push) leaves it alone); a fresh one replaces it at reset.
     pub fn phi(&self, cfg: &Config) -> Result<f32, Error> {
+        if !self.reachable(cfg) {
+            return Err(Error::BadAccumulator);
+        }
         let phi = if cfg.turn_mean == TurnMean::Arithmetic as u32 {
             if self.count_after_skip == 0 {
                 return Err(Error::EmptyTurn);
@@ -64,9 +95,6 @@ impl TurnAccumulator {
         } else {
             if self.count == 0 {
                 return Err(Error::EmptyTurn);
-            }
-            if !(self.mantissa.is_finite() && self.mantissa > 0.0) {
-                return Err(Error::BadAccumulator);
             }
             let ln_prod = libm::log(self.mantissa) + self.exponent as f64 * core::f64::consts::LN_2;
             libm::exp(ln_prod / self.count as f64) as f32
@@ -325,6 +353,95 @@ mod tests {
         ] {
             assert_eq!(acc.phi(cfg), Err(Error::BadAccumulator), "{acc:?}");
         }
+    }
+
+    #[test]
+    fn a_corrupted_accumulator_stays_an_error_until_reset() {
+        // What an outside check wrote into a sequence's state: a non-finite mantissa (which one
+        // more push used to renormalise into [1, 2), giving Φ ≈ 2.2e8), an exponent of
+        // i64::MIN (Φ = 0 with no error), a count of 0 over a used product, a NaN sum.
+        let paper = Config::paper();
+        let released = Config::released();
+        let used = {
+            let mut acc = TurnAccumulator::default();
+            for t in 1..=3 {
+                acc.push(&paper, t, 0.25);
+            }
+            assert!(acc.phi(&paper).is_ok());
+            acc
+        };
+        for (cfg, acc) in [
+            (
+                &paper,
+                TurnAccumulator {
+                    mantissa: f64::NAN,
+                    ..used
+                },
+            ),
+            (
+                &paper,
+                TurnAccumulator {
+                    mantissa: f64::INFINITY,
+                    ..used
+                },
+            ),
+            (
+                &paper,
+                TurnAccumulator {
+                    mantissa: 0.5,
+                    ..used
+                },
+            ),
+            (
+                &paper,
+                TurnAccumulator {
+                    exponent: i64::MIN,
+                    ..used
+                },
+            ),
+            (
+                &paper,
+                TurnAccumulator {
+                    exponent: i64::MAX,
+                    ..used
+                },
+            ),
+            (&paper, TurnAccumulator { count: 0, ..used }),
+            (
+                &released,
+                TurnAccumulator {
+                    sum: f64::NAN,
+                    count_after_skip: 2,
+                    ..Default::default()
+                },
+            ),
+            (
+                &released,
+                TurnAccumulator {
+                    sum: -1e300,
+                    count_after_skip: 2,
+                    ..Default::default()
+                },
+            ),
+        ] {
+            let mut acc = acc;
+            assert_eq!(acc.phi(cfg), Err(Error::BadAccumulator), "{acc:?}");
+            for t in 40..50 {
+                acc.push(cfg, t, 0.5);
+                assert_eq!(acc.phi(cfg), Err(Error::BadAccumulator), "{acc:?}");
+            }
+        }
+        // The largest exponent step a real token makes stays within the bound.
+        let mut acc = TurnAccumulator::default();
+        let tiny = Config {
+            phi_floor: f32::from_bits(1),
+            ..paper
+        };
+        for t in 1..=1000 {
+            acc.push(&tiny, t, if t % 2 == 0 { f32::MAX } else { 0.0 });
+            assert!(acc.reachable(&tiny), "{t}: {acc:?}");
+        }
+        assert!(acc.phi(&tiny).is_ok());
     }
 
     #[test]

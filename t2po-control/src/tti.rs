@@ -17,7 +17,9 @@ use crate::tds::TurnAccumulator;
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ThinkStart {
-    /// As the prompt tokens given to [`Sequence::accept`] since the last reset left it.
+    /// The prompt's think state as the sequence holds it ([`Sequence::prompt_inside_think`]):
+    /// what the prompt tokens given to [`Sequence::accept`] since the last reset left, or, for
+    /// another try of a generation, the state that generation started from.
     FromPrompt = 0,
     /// Inside a think block (the prompt ends with `<think>`).
     Inside = 1,
@@ -118,7 +120,8 @@ const SEQ_MAGIC: u32 = 0x7270_0001;
 // mirror of the state machine (t2po-cuda/kernels) reads and writes the same field.
 /// `t2po_seq.flags`: inside a think block now.
 pub const SEQ_INSIDE: u32 = 1 << 0;
-/// `t2po_seq.flags`: the think state the prompt tokens left.
+/// `t2po_seq.flags`: the prompt ends inside think — as the prompt tokens left it, and from
+/// `begin_generation` on as its `think_start` resolved it.
 pub const SEQ_PROMPT_INSIDE: u32 = 1 << 1;
 /// `t2po_seq.flags`: between `begin_generation` and `reset`.
 pub const SEQ_GENERATING: u32 = 1 << 2;
@@ -400,8 +403,13 @@ impl Sequence {
         Ok(())
     }
 
-    /// Whether the prompt tokens accepted since the last reset left the sequence inside think
-    /// (what [`ThinkStart::FromPrompt`] starts from).
+    /// Whether the prompt ends inside think, which is where a generation starts (spec §3: TTI
+    /// watches positions inside `<think>`). Before [`begin_generation`](Self::begin_generation)
+    /// it is what the prompt tokens accepted since the last reset left; from it on, the
+    /// `think_start` it was given, resolved: [`ThinkStart::Inside`] or
+    /// [`ThinkStart::Outside`] as declared by the caller (whatever the prompt tokens said),
+    /// [`ThinkStart::FromPrompt`] what they left. [`ThinkStart::FromPrompt`] starts from this,
+    /// so another try of the same turn starts where the first did.
     pub fn prompt_inside_think(&self) -> bool {
         self.flags & SEQ_PROMPT_INSIDE != 0
     }

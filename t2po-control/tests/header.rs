@@ -18,6 +18,10 @@ const C_NAMES: &[(&str, &str)] = &[
     ),
     ("Config::validate", "t2po_config_validate"),
     ("Sequence::accept", "t2po_seq_accept"),
+    (
+        "Sequence::prompt_inside_think",
+        "t2po_seq_info.prompt_inside_think",
+    ),
     ("Tds::decide", "t2po_tds_decide"),
     ("Tds::commit", "t2po_tds_commit"),
     ("Tds::begin_episode", "t2po_tds_begin_episode"),

@@ -350,11 +350,25 @@ T2PO_HD float t2po_signal_update(t2po_signal_state* s, const t2po_config* cfg, c
   return (float)(alpha * th + (1.0 - alpha) * tc);
 }
 
+// TurnAccumulator::reachable: whether the fields the turn mean uses hold a value pushes can
+// produce (anything else was written by the state's owner; a push leaves it so, as on the host).
+T2PO_HD int t2po_turn_reachable(const t2po_turn_accumulator* a, const t2po_config* cfg) {
+  if (cfg->turn_mean == 1u) {
+    double bound = (double)a->count_after_skip * 3.4028234663852886e38;
+    return a->sum == a->sum && fabs(a->sum) <= bound;  // NaN fails the first, ±inf the second
+  }
+  if (a->count == 0u) return a->mantissa == 0.0 && a->exponent == 0;
+  unsigned long long mag = a->exponent < 0 ? 0ull - (unsigned long long)a->exponent
+                                           : (unsigned long long)a->exponent;
+  return a->mantissa >= 1.0 && a->mantissa < 2.0 && mag <= (unsigned long long)a->count * 150ull;
+}
+
 T2PO_HD void t2po_turn_push(t2po_turn_accumulator* a, const t2po_config* cfg, unsigned t, float m) {
+  if (!t2po_turn_reachable(a, cfg)) return;
   if (cfg->turn_mean == 1u) {
     if (t > cfg->phi_skip) {
       a->sum += (double)m;
-      a->count_after_skip += 1u;
+      a->count_after_skip = t2po_sat_inc(a->count_after_skip);
     }
     return;
   }
@@ -365,7 +379,7 @@ T2PO_HD void t2po_turn_push(t2po_turn_accumulator* a, const t2po_config* cfg, un
   unsigned long long bits = t2po_double_to_bits(prod);
   a->exponent += (long long)((bits & EXP) >> 52) - 1023;
   a->mantissa = t2po_bits_to_double((bits & ~EXP) | (1023ull << 52));
-  a->count += 1u;
+  a->count = t2po_sat_inc(a->count);
 }
 
 T2PO_HD int t2po_window_mean(const t2po_seq* q, float* out) {

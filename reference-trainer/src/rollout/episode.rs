@@ -11,6 +11,8 @@
 //! assistant turn opens with nothing and each generation begins [`ThinkStart::Outside`]; TTI
 //! starts watching when the model emits `<think>`.
 
+use std::ops::ControlFlow;
+
 use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;
 use t2po_control::{Config, Event, Profile, Sequence, Tds, ThinkStart};
@@ -187,6 +189,24 @@ pub fn rollout<P: Policy>(
     cfg: &RolloutConfig,
     mut on_round: impl FnMut(&RolloutStats, usize),
 ) -> Result<(Vec<EpisodeRecord>, RolloutStats)> {
+    let done = rollout_until(policy, tokenizer, envs, specs, cfg, |stats, live| {
+        on_round(stats, live);
+        ControlFlow::Continue(())
+    })?;
+    Ok(done.expect("a rollout that is never told to stop finishes"))
+}
+
+/// [`rollout`] that `on_round` can end early: after a round it answers
+/// [`ControlFlow::Break`] to give up the rollout (`Ok(None)`: the episodes are dropped
+/// unfinished; the environments are then mid-episode and need a reset).
+pub fn rollout_until<P: Policy>(
+    policy: &P,
+    tokenizer: &Tokenizer,
+    envs: &mut [Box<dyn Env + Send>],
+    specs: &[EpisodeSpec],
+    cfg: &RolloutConfig,
+    mut on_round: impl FnMut(&RolloutStats, usize) -> ControlFlow<()>,
+) -> Result<Option<(Vec<EpisodeRecord>, RolloutStats)>> {
     if envs.len() != specs.len() {
         return Err(Error::invalid(
             "rollout",
@@ -320,9 +340,11 @@ pub fn rollout<P: Policy>(
             l.last_phi = Some(verdict.kept_phi);
             finish_turn(l, verdict.kept_try as usize, tokenizer, &controls, cfg)?;
         }
-        on_round(&stats, live.iter().filter(|l| !l.done).count());
+        if on_round(&stats, live.iter().filter(|l| !l.done).count()).is_break() {
+            return Ok(None);
+        }
     }
-    Ok((live.into_iter().map(|l| l.record).collect(), stats))
+    Ok(Some((live.into_iter().map(|l| l.record).collect(), stats)))
 }
 
 /// The tags of the strict response format for an environment (by its name).

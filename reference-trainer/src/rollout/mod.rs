@@ -9,7 +9,7 @@ pub mod sampler;
 pub mod trajectory;
 
 pub use episode::{
-    rollout, ControlSwitches, EpisodeSpec, ProfileName, RolloutConfig, RolloutStats,
+    rollout, rollout_until, ControlSwitches, EpisodeSpec, ProfileName, RolloutConfig, RolloutStats,
 };
 pub use policy::{CandleDecode, Policy, QwenCache};
 pub use pool::{encyclopedia, EnvKind, EnvPool, PoolSize, Split};

@@ -288,6 +288,20 @@ impl MetricsLog {
         Ok(out)
     }
 
+    /// Keeps the first `n` complete lines (what a cold-start checkpoint had seen), rewriting the
+    /// file atomically.
+    pub fn truncate_lines(&self, n: usize) -> Result<Vec<MetricsLine>> {
+        let mut text = String::new();
+        let mut kept = Vec::new();
+        for (line, m) in self.read_lines()?.into_iter().take(n) {
+            text.push_str(&line);
+            text.push('\n');
+            kept.push(m);
+        }
+        crate::model::checkpoint::write_atomic(&self.path, text.as_bytes())?;
+        Ok(kept)
+    }
+
     /// Keeps the lines up to RL iteration `iteration` (what a checkpoint at that iteration had
     /// seen), rewriting the file atomically.
     pub fn truncate_after(&self, iteration: usize) -> Result<Vec<MetricsLine>> {

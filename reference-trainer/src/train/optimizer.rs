@@ -457,6 +457,17 @@ impl AdamW {
         (out, self.step)
     }
 
+    /// [`state`](Self::state) as a copy that later steps leave alone (they update the moments
+    /// in place): what [`load_state`](Self::load_state) restores to undo them.
+    pub fn snapshot(&self) -> Result<(HashMap<String, Tensor>, u64)> {
+        let (moments, step) = self.state();
+        let copied = moments
+            .into_iter()
+            .map(|(k, t)| Ok((k, t.copy()?)))
+            .collect::<Result<HashMap<_, _>>>()?;
+        Ok((copied, step))
+    }
+
     /// Restores [`state`](Self::state); a tensor whose name or shape does not fit `params` is
     /// an error naming it.
     pub fn load_state(

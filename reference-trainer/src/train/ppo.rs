@@ -9,6 +9,8 @@
 //! forward pass, detached — the same numbers a separate pass would recompute, at no cost.
 //! Later mini-batches take them from `old` (the frozen copy the rollout ran on).
 
+use std::ops::ControlFlow;
+
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;
@@ -67,13 +69,34 @@ pub fn update(
     cfg: &UpdateConfig,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<UpdateReport> {
+    let done = update_until(policy, old, reference, opt, rows, loss, cfg, |d, t| {
+        progress(d, t);
+        ControlFlow::Continue(())
+    })?;
+    Ok(done.expect("an update that is never told to stop finishes"))
+}
+
+/// [`update`] that `progress` can end early: after a micro-batch it answers
+/// [`ControlFlow::Break`] to give up (`Ok(None)`). The policy and the optimizer then hold the
+/// optimizer steps of the mini-batches already done: the caller restores them.
+#[allow(clippy::too_many_arguments)]
+pub fn update_until(
+    policy: &Qwen3,
+    old: &Qwen3,
+    reference: Option<&Qwen3>,
+    opt: &mut AdamW,
+    rows: &[TrainingRow],
+    loss: &LossConfig,
+    cfg: &UpdateConfig,
+    mut progress: impl FnMut(usize, usize) -> ControlFlow<()>,
+) -> Result<Option<UpdateReport>> {
     let t0 = std::time::Instant::now();
     let mut report = UpdateReport {
         rows: rows.len(),
         ..UpdateReport::default()
     };
     if rows.is_empty() {
-        return Ok(report);
+        return Ok(Some(report));
     }
     if loss.kl_coef > 0.0 && reference.is_none() {
         return Err(Error::invalid(
@@ -168,7 +191,9 @@ pub fn update(
             kl_s += m.kl_mean.unwrap_or(0.0) * m.tokens;
             report.tokens += m.tokens as usize;
             done += 1;
-            progress(done, total_micro);
+            if progress(done, total_micro).is_break() {
+                return Ok(None);
+            }
         }
         let s = opt.step(policy.params(), &acc)?;
         report.grad_norm = s.grad_norm;
@@ -187,7 +212,7 @@ pub fn update(
     report.rollout_probs_diff_mean = diff_sum / diff_n.max(1) as f64;
     report.seconds = t0.elapsed().as_secs_f64();
     report.tokens_per_second = report.forward_tokens as f64 / report.seconds.max(1e-9);
-    Ok(report)
+    Ok(Some(report))
 }
 
 #[cfg(test)]

@@ -5,9 +5,12 @@
 //! only, [`pretrain`]: the language modelling a pretrained base model brings with it, on a
 //! generated encyclopedia about another world than the tasks'.
 
+use std::ops::ControlFlow;
+
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;
+use serde::{Deserialize, Serialize};
 
 use super::config::{RlTasks, TrainConfig};
 use super::metrics::{MetricsLine, RejectionReport, RolloutSummary, UpdateReport};
@@ -17,7 +20,7 @@ use super::state::derive_seed;
 use crate::error::{Error, Result};
 use crate::model::Qwen3;
 use crate::rollout::{
-    encyclopedia, rollout, EnvPool, EpisodeRecord, EpisodeSpec, RolloutStats, Split,
+    encyclopedia, rollout_until, EnvPool, EpisodeRecord, EpisodeSpec, RolloutStats, Split,
 };
 use crate::tokenizer::Tokenizer;
 
@@ -49,16 +52,44 @@ pub mod purpose {
     pub const PRETRAIN_SHUFFLE: u64 = 12;
 }
 
-/// Hooks the caller gives a stage: a log line, and a progress bar for a phase.
+/// Hooks the caller gives a stage: a log line, a progress bar for a phase, and whether to stop.
 pub trait Reporter {
     /// One human-readable line.
     fn line(&mut self, text: &str);
-    /// A phase of `total` units begins.
+    /// A phase of `total` units begins (`pretrain`, `sft`, `rejection` rollouts and `rft`
+    /// fine-tuning of the rejection rounds, `eval`, RL's `rollout` and `update`, `checkpoint`).
     fn begin(&mut self, phase: &str, total: usize);
     /// `done` of the phase's units are done.
     fn advance(&mut self, done: usize);
     /// The phase ended.
     fn end(&mut self);
+    /// The signal number when the caller asked the run to stop (SIGINT, SIGTERM); the stages
+    /// look at it between fine-tuning steps and rollout rounds and give up with
+    /// [`Error::Stopped`]. `None` (the default): run on.
+    fn stop_requested(&self) -> Option<i32> {
+        None
+    }
+}
+
+/// [`Error::Stopped`] when `rep` asks to stop.
+pub fn check_stop(rep: &dyn Reporter) -> Result<()> {
+    match rep.stop_requested() {
+        Some(signal) => Err(Error::Stopped { signal }),
+        None => Ok(()),
+    }
+}
+
+/// A stage of the cold start, as its checkpoints name it: each is finished before the next
+/// begins, and the policy (and the fine-tuning optimizer) after it is all the next needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Next-token pretraining ([`pretrain`]).
+    Pretrain,
+    /// SFT on the experts' demonstrations.
+    Sft,
+    /// Rejection round `n` (0-based).
+    Rejection(usize),
 }
 
 /// `count` distinct training tasks drawn with `seed` (all of them, shuffled, when there are
@@ -117,8 +148,11 @@ pub fn rl_task_pool(pool: &EnvPool, cfg: &TrainConfig) -> Result<Vec<usize>> {
 }
 
 /// Runs episodes `tasks × group` on `split` with `policy` at `temperature`; groups are per task.
+/// `phase` names the progress bar; a stop request ([`Reporter::stop_requested`]) ends it
+/// between rounds with [`Error::Stopped`].
 #[allow(clippy::too_many_arguments)]
 pub fn run_episodes(
+    phase: &str,
     policy: &Qwen3,
     tokenizer: &Tokenizer,
     pool: &EnvPool,
@@ -139,19 +173,32 @@ pub fn run_episodes(
         .collect();
     let mut envs: Vec<_> = specs.iter().map(|_| pool.make(split)).collect();
     let n = specs.len();
-    rep.begin("rollout", n);
-    let out = rollout(policy, tokenizer, &mut envs, &specs, &rcfg, |_, live| {
-        rep.advance(n - live)
+    rep.begin(phase, n);
+    let mut stopped = None;
+    let out = rollout_until(policy, tokenizer, &mut envs, &specs, &rcfg, |_, live| {
+        rep.advance(n - live);
+        stopped = rep.stop_requested();
+        match stopped {
+            Some(_) => ControlFlow::Break(()),
+            None => ControlFlow::Continue(()),
+        }
     });
     rep.end();
-    let (records, stats) = out?;
-    Ok((records, stats, t0.elapsed().as_secs_f64()))
+    match (out?, stopped) {
+        (Some((records, stats)), _) => Ok((records, stats, t0.elapsed().as_secs_f64())),
+        (None, signal) => Err(Error::Stopped {
+            signal: signal.unwrap_or_default(),
+        }),
+    }
 }
 
 /// Fine-tunes `policy` on `demos` for `epochs` epochs in batches (shuffled by `seed`); returns
 /// the update's report (mean loss over steps in `loss`, the last step's in `last_loss`).
+/// `phase` names the progress bar; a stop request ends it between steps with
+/// [`Error::Stopped`] (the policy then holds a part of the fine-tuning: the caller drops it).
 #[allow(clippy::too_many_arguments)]
 pub fn fine_tune(
+    phase: &str,
     policy: &Qwen3,
     opt: &mut AdamW,
     demos: &[Demo],
@@ -168,7 +215,7 @@ pub fn fine_tune(
         return Ok(report);
     }
     let steps_per_epoch = demos.len().div_ceil(batch_size);
-    rep.begin("fine-tune", steps_per_epoch * epochs);
+    rep.begin(phase, steps_per_epoch * epochs);
     let mut losses = Vec::new();
     for epoch in 0..epochs {
         let mut order: Vec<usize> = (0..demos.len()).collect();
@@ -178,6 +225,10 @@ pub fn fine_tune(
             0,
         )));
         for chunk in order.chunks(batch_size) {
+            if let Err(e) = check_stop(rep) {
+                rep.end();
+                return Err(e);
+            }
             let mut batch: Vec<Demo> = chunk.iter().map(|&i| demos[i].clone()).collect();
             // Longest first, so each micro-batch pads to its own first row.
             batch.sort_by_key(|d| std::cmp::Reverse(d.prompt.len() + d.response.len()));
@@ -260,6 +311,7 @@ pub fn pretrain(
     ));
     let mut opt = AdamW::new(cfg.pretrain_optimizer_config(steps))?;
     let u = fine_tune(
+        "pretrain",
         policy,
         &mut opt,
         &seqs,
@@ -281,71 +333,42 @@ pub fn pretrain(
     )))
 }
 
-/// The whole cold start on `policy`; returns one metrics line per stage (demonstrations, each
-/// rejection round).
+/// What [`cold_start`] tells its caller after each stage: the stage, the fine-tuning optimizer
+/// as it stands, the SFT's step count, the stage's metrics line, and the reporter to work under.
+pub type OnStage<'a> =
+    dyn FnMut(Stage, &AdamW, u64, MetricsLine, &mut dyn Reporter) -> Result<()> + 'a;
+
+/// The cold start after pretraining on `policy`: SFT on the demonstrations, then the
+/// rejection rounds. `resume`: the last stage a checkpoint finished (SFT or a round) and the
+/// fine-tuning optimizer as it was then; the stages after it run. After each stage
+/// `on_stage(stage, optimizer, sft_steps, metrics line)` is told (the caller logs the line and
+/// checkpoints), and a stop request is an [`Error::Stopped`] there or inside a stage.
 pub fn cold_start(
     policy: &Qwen3,
     tokenizer: &Tokenizer,
     pool: &EnvPool,
     cfg: &TrainConfig,
+    resume: Option<(Stage, AdamW, u64)>,
     rep: &mut dyn Reporter,
-) -> Result<Vec<MetricsLine>> {
+    on_stage: &mut OnStage<'_>,
+) -> Result<()> {
     let f = &cfg.rft;
-    let mut lines = Vec::new();
-    let demo_tasks = demo_tasks(pool, cfg);
-    let demos = if f.demo_epochs > 0 {
-        expert_demos(
-            pool,
-            tokenizer,
-            &demo_tasks,
-            derive_seed(cfg.seed, 0, purpose::DEMOS),
-            cfg.rollout.max_prompt_tokens,
-        )?
-    } else {
-        Vec::new()
+    let (mut opt, sft_steps, first_round) = match resume {
+        Some((Stage::Sft, opt, steps)) => (opt, steps, 0),
+        Some((Stage::Rejection(r), opt, steps)) => (opt, steps, r + 1),
+        // After pretraining (or from the start): the SFT is still to do.
+        Some((Stage::Pretrain, ..)) | None => {
+            let (opt, steps) = sft(policy, tokenizer, pool, cfg, rep, on_stage)?;
+            (opt, steps, 0)
+        }
     };
-    let sft_steps = (demos.len().div_ceil(f.batch_size) * f.demo_epochs) as u64;
-    let mut opt = AdamW::new(cfg.rft_optimizer_config(sft_steps))?;
-    if !demos.is_empty() {
-        let t0 = std::time::Instant::now();
-        rep.line(&format!(
-            "cold start: SFT on {} expert turns from {} training tasks (of {}, drawn over the \
-             whole split), {} epoch(s), {} steps, lr {:.1e} → {:.1e} (warm-up {}, cosine)",
-            demos.len(),
-            demo_tasks.len(),
-            pool.num_tasks(Split::Train),
-            f.demo_epochs,
-            sft_steps,
-            f.lr,
-            f.final_lr,
-            f.warmup_steps.min(sft_steps),
-        ));
-        let u = fine_tune(
-            policy,
-            &mut opt,
-            &demos,
-            f.demo_epochs,
-            f.batch_size,
-            cfg.optim.micro_batch_tokens,
-            f.prompt_loss_weight,
-            derive_seed(cfg.seed, 0, purpose::DEMO_SHUFFLE),
-            rep,
-        )?;
-        rep.line(&format!(
-            "  {} steps, loss {:.3} (mean) → {:.3} (last), {:.0} tok/s, {:.1} s",
-            u.steps, u.loss, u.last_loss, u.tokens_per_second, u.seconds
-        ));
-        lines.push(MetricsLine::cold_start(
-            "rft",
-            u,
-            t0.elapsed().as_secs_f64(),
-        ));
-    }
-    for round in 0..f.rounds {
+    for round in first_round..f.rounds {
+        check_stop(rep)?;
         let t0 = std::time::Instant::now();
         let r = round as u64;
         let tasks = sample_tasks(pool, f.tasks, derive_seed(cfg.seed, r, purpose::RFT_TASKS));
         let (records, stats, secs) = run_episodes(
+            "rejection",
             policy,
             tokenizer,
             pool,
@@ -392,6 +415,7 @@ pub fn cold_start(
             turns: demos.len(),
         };
         let u = fine_tune(
+            "rft",
             policy,
             &mut opt,
             &demos,
@@ -402,11 +426,75 @@ pub fn cold_start(
             derive_seed(cfg.seed, r, purpose::RFT_SHUFFLE),
             rep,
         )?;
-        lines.push(MetricsLine {
+        let line = MetricsLine {
             rollout: Some(summary),
             rejection: Some(rejection),
             ..MetricsLine::cold_start("rft", u, t0.elapsed().as_secs_f64())
-        });
+        };
+        on_stage(Stage::Rejection(round), &opt, sft_steps, line, rep)?;
     }
-    Ok(lines)
+    Ok(())
+}
+
+/// The SFT stage: plans it (the demonstrations and the optimizer, whose schedule spans its
+/// steps), runs it when there are demonstrations, and returns the optimizer the rejection
+/// rounds continue with and the SFT's step count.
+fn sft(
+    policy: &Qwen3,
+    tokenizer: &Tokenizer,
+    pool: &EnvPool,
+    cfg: &TrainConfig,
+    rep: &mut dyn Reporter,
+    on_stage: &mut OnStage<'_>,
+) -> Result<(AdamW, u64)> {
+    let f = &cfg.rft;
+    let demo_tasks = demo_tasks(pool, cfg);
+    let demos = if f.demo_epochs > 0 {
+        expert_demos(
+            pool,
+            tokenizer,
+            &demo_tasks,
+            derive_seed(cfg.seed, 0, purpose::DEMOS),
+            cfg.rollout.max_prompt_tokens,
+        )?
+    } else {
+        Vec::new()
+    };
+    let sft_steps = (demos.len().div_ceil(f.batch_size) * f.demo_epochs) as u64;
+    let mut opt = AdamW::new(cfg.rft_optimizer_config(sft_steps))?;
+    if !demos.is_empty() {
+        check_stop(rep)?;
+        let t0 = std::time::Instant::now();
+        rep.line(&format!(
+            "cold start: SFT on {} expert turns from {} training tasks (of {}, drawn over the \
+             whole split), {} epoch(s), {} steps, lr {:.1e} → {:.1e} (warm-up {}, cosine)",
+            demos.len(),
+            demo_tasks.len(),
+            pool.num_tasks(Split::Train),
+            f.demo_epochs,
+            sft_steps,
+            f.lr,
+            f.final_lr,
+            f.warmup_steps.min(sft_steps),
+        ));
+        let u = fine_tune(
+            "sft",
+            policy,
+            &mut opt,
+            &demos,
+            f.demo_epochs,
+            f.batch_size,
+            cfg.optim.micro_batch_tokens,
+            f.prompt_loss_weight,
+            derive_seed(cfg.seed, 0, purpose::DEMO_SHUFFLE),
+            rep,
+        )?;
+        rep.line(&format!(
+            "  {} steps, loss {:.3} (mean) → {:.3} (last), {:.0} tok/s, {:.1} s",
+            u.steps, u.loss, u.last_loss, u.tokens_per_second, u.seconds
+        ));
+        let line = MetricsLine::cold_start("rft", u, t0.elapsed().as_secs_f64());
+        on_stage(Stage::Sft, &opt, sft_steps, line, rep)?;
+    }
+    Ok((opt, sft_steps))
 }

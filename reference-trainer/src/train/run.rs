@@ -8,6 +8,7 @@
 //! KL reference), `checkpoints/iter-NNNNNN/` + `checkpoints/latest`, `plots/*.png`,
 //! `results.md`.
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
@@ -16,11 +17,12 @@ use super::config::TrainConfig;
 use super::metrics::{MetricsLine, MetricsLog, RolloutSummary};
 use super::optimizer::AdamW;
 use super::plots::{write_png, Chart, PlotError, Series};
-use super::ppo::{update, UpdateConfig};
+use super::ppo::{update_until, UpdateConfig};
 use super::rft::{
-    cold_start, pretrain, purpose, rl_task_pool, run_episodes, sample_from, Reporter,
+    check_stop, cold_start, pretrain, purpose, rl_task_pool, run_episodes, sample_from, Reporter,
+    Stage,
 };
-use super::state::{self, derive_seed, TrainerState, FORMAT};
+use super::state::{self, derive_seed, ColdStart, Loaded, TrainerState};
 use crate::algo::{compute_advantages, flatten_rows};
 use crate::defaults;
 use crate::error::{Error, Result};
@@ -102,6 +104,9 @@ pub fn initial_policy(
             let (model, tok) = if crate::gguf::is_gguf(path) {
                 crate::gguf::load(path, DType::F32, device)?
             } else {
+                // A training checkpoint's files are checked first (an unverified one loads as
+                // is).
+                state::verify_if_training_checkpoint(path)?;
                 (
                     checkpoint::load(path, DType::F32, device)?,
                     Tokenizer::load(path.join("tokenizer.json"))?,
@@ -195,6 +200,7 @@ pub fn evaluate_at(
     let n = cfg.train.eval_tasks.min(pool.num_tasks(split));
     let tasks: Vec<usize> = (0..n).collect();
     let (records, stats, secs) = run_episodes(
+        "eval",
         policy,
         tokenizer,
         pool,
@@ -237,67 +243,151 @@ fn first_difference(a: &toml::Value, b: &toml::Value, path: &str) -> Option<Stri
 }
 
 /// Runs (or resumes) training as `opts` says; `rep` gets the log lines and progress.
+///
+/// Stopping ([`Reporter::stop_requested`], a signal): the run stops at the next safe point and
+/// returns [`Error::Interrupted`], naming the checkpoint `--resume` continues from. In RL the
+/// safe points are the start of an iteration, the rounds of its rollout, its update's
+/// micro-batches and its evaluation's rounds: the iteration in progress is dropped — the policy
+/// and the optimizer put back as it found them (a copy of the optimizer's moments is kept
+/// through each update for that) — and the last finished one is checkpointed if it was not, so
+/// nothing finished is lost. Its metrics line and checkpoint, once begun, are written whole. In
+/// the cold start
+/// the stage under way (pretraining, SFT, a rejection round) is dropped between two of its
+/// steps or rounds, and the run resumes after the last finished stage.
 pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Result<RunResult> {
+    match train_until_stopped(cfg, opts, rep) {
+        Err(Error::Stopped { signal }) => Err(Error::Interrupted {
+            signal,
+            out: opts.out.clone(),
+            latest: state::latest(&opts.out)?,
+        }),
+        other => other,
+    }
+}
+
+/// The config a resumed run continues with: its own, which `cfg` (when the user gave one)
+/// must equal but for `train.iterations` (a run may be extended).
+fn resumed_config(
+    cfg: &TrainConfig,
+    opts: &RunOptions,
+    loaded: &Loaded,
+    out: &Path,
+) -> Result<TrainConfig> {
+    let mut saved =
+        TrainConfig::parse(&loaded.state.config, &loaded.dir.join("trainer_state.json"))?;
+    let mut same = saved.clone();
+    same.train.iterations = cfg.train.iterations;
+    if opts.explicit_config {
+        saved.train.iterations = cfg.train.iterations;
+    }
+    if opts.explicit_config && &same != cfg {
+        let a = toml::Value::try_from(cfg).ok();
+        let b = toml::Value::try_from(&saved).ok();
+        let key = a
+            .zip(b)
+            .and_then(|(a, b)| first_difference(&a, &b, ""))
+            .unwrap_or_else(|| "?".into());
+        return Err(Error::invalid(
+            "--config",
+            format!(
+                "differs from the config of the run in {} (first difference: {key}); \
+                 resume without --config to continue it as it was",
+                out.display()
+            ),
+        ));
+    }
+    Ok(saved)
+}
+
+/// Writes a checkpoint as the `checkpoint` phase of `rep`.
+fn save_checkpoint(
+    out: &Path,
+    policy: &Qwen3,
+    tokenizer: &Tokenizer,
+    opt: &AdamW,
+    state: &TrainerState,
+    keep: usize,
+    rep: &mut dyn Reporter,
+) -> Result<PathBuf> {
+    rep.begin("checkpoint", 5);
+    let saved = state::save_reporting(out, policy, tokenizer, opt, state, keep, &mut |done| {
+        rep.advance(done)
+    });
+    rep.end();
+    saved
+}
+
+/// The cold start with a checkpoint after each stage: pretraining (on a fresh run, unless the
+/// policy comes from `--init`), then [`cold_start`] from `resume` (the stage a checkpoint
+/// finished, its fine-tuning optimizer and SFT step count).
+#[allow(clippy::too_many_arguments)]
+fn checkpointed_cold_start(
+    policy: &Qwen3,
+    tokenizer: &Tokenizer,
+    pool: &EnvPool,
+    cfg: &TrainConfig,
+    opts: &RunOptions,
+    resume: Option<(Stage, AdamW, u64)>,
+    log: &MetricsLog,
+    rep: &mut dyn Reporter,
+) -> Result<()> {
+    let out = &opts.out;
+    let mut on_stage = |stage: Stage,
+                        opt: &AdamW,
+                        sft_steps: u64,
+                        line: MetricsLine,
+                        rep: &mut dyn Reporter|
+     -> Result<()> {
+        log.append(&line)?;
+        let state = TrainerState {
+            cold_start: Some(ColdStart {
+                done: stage,
+                sft_steps,
+                metrics_lines: log.read()?.len(),
+            }),
+            ..TrainerState::rl(0, opt.steps(), cfg.to_toml()?)
+        };
+        save_checkpoint(
+            out,
+            policy,
+            tokenizer,
+            opt,
+            &state,
+            cfg.train.keep_checkpoints,
+            rep,
+        )?;
+        check_stop(rep)
+    };
+    if resume.is_none() {
+        if opts.init.is_some() && cfg.pretrain.passages > 0 {
+            rep.line("pretraining skipped: the policy comes from a checkpoint (--init)");
+        } else if let Some(line) = pretrain(policy, tokenizer, cfg, rep)? {
+            // Pretraining's optimizer is its own and ends with it: the checkpoint holds none.
+            let none = AdamW::new(cfg.optimizer_config())?;
+            on_stage(Stage::Pretrain, &none, 0, line, rep)?;
+        }
+    }
+    cold_start(policy, tokenizer, pool, cfg, resume, rep, &mut on_stage)
+}
+
+fn train_until_stopped(
+    cfg: TrainConfig,
+    opts: &RunOptions,
+    rep: &mut dyn Reporter,
+) -> Result<RunResult> {
     let t_start = std::time::Instant::now();
     let out = &opts.out;
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     let log = MetricsLog::new(out.join("metrics.jsonl"));
     let cold_dir = out.join("cold-start");
 
-    let existing = state::latest(out)?;
-    let (cfg, policy, tokenizer, mut opt, start_iter, before, pool) = match existing {
+    let loaded = match state::latest(out)? {
         Some(dir) if opts.resume => {
             let loaded = state::load(&dir, DType::F32, &opts.device)?;
-            let saved = TrainConfig::parse(&loaded.state.config, &dir.join("trainer_state.json"))?;
-            // A resumed run may be extended (more iterations); anything else must match.
-            let mut saved = saved;
-            let mut same = saved.clone();
-            same.train.iterations = cfg.train.iterations;
-            if opts.explicit_config {
-                saved.train.iterations = cfg.train.iterations;
+            if !loaded.verified {
+                rep.line(&state::unverified_note(&dir));
             }
-            if opts.explicit_config && same != cfg {
-                let a = toml::Value::try_from(&cfg).ok();
-                let b = toml::Value::try_from(&saved).ok();
-                let key = a
-                    .zip(b)
-                    .and_then(|(a, b)| first_difference(&a, &b, ""))
-                    .unwrap_or_else(|| "?".into());
-                return Err(Error::invalid(
-                    "--config",
-                    format!(
-                        "differs from the config of the run in {} (first difference: {key}); \
-                         resume without --config to continue it as it was",
-                        out.display()
-                    ),
-                ));
-            }
-            let cfg = saved;
-            let mut opt = AdamW::new(cfg.optimizer_config())?;
-            let (moments, step) = loaded.optimizer;
-            opt.load_state(loaded.model.params(), moments, step)?;
-            let lines = log.truncate_after(loaded.state.iteration)?;
-            let before = lines
-                .iter()
-                .find(|l| l.stage == "eval")
-                .and_then(|l| l.eval.clone());
-            rep.line(&format!(
-                "resuming {} from {} (iteration {} of {})",
-                out.display(),
-                dir.display(),
-                loaded.state.iteration,
-                cfg.train.iterations
-            ));
-            let pool = pool_for(&cfg)?;
-            (
-                cfg,
-                loaded.model,
-                loaded.tokenizer,
-                opt,
-                loaded.state.iteration,
-                before,
-                pool,
-            )
+            Some(loaded)
         }
         Some(dir) => {
             return Err(Error::invalid(
@@ -325,24 +415,77 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
                 }
                 _ => {}
             }
-            let pool = pool_for(&cfg)?;
-            let (policy, tokenizer) = initial_policy(&cfg, opts.init.as_deref(), &opts.device)?;
+            None
+        }
+    };
+    let (cfg, policy, tokenizer, mut opt, start_iter, before, pool) = match loaded {
+        Some(loaded) if loaded.state.cold_start.is_none() => {
+            let cfg = resumed_config(&cfg, opts, &loaded, out)?;
+            let mut opt = AdamW::new(cfg.optimizer_config())?;
+            let (moments, step) = loaded.optimizer;
+            opt.load_state(loaded.model.params(), moments, step)?;
+            let lines = log.truncate_after(loaded.state.iteration)?;
+            let before = lines
+                .iter()
+                .find(|l| l.stage == "eval")
+                .and_then(|l| l.eval.clone());
             rep.line(&format!(
-                "{}: {} parameters, {} training / {} held-out tasks",
-                cfg.env.as_str(),
-                policy.num_parameters(),
-                pool.num_tasks(Split::Train),
-                pool.num_tasks(Split::Test)
+                "resuming {} from {} (iteration {} of {})",
+                out.display(),
+                loaded.dir.display(),
+                loaded.state.iteration,
+                cfg.train.iterations
             ));
-            if opts.cold_start {
-                if opts.init.is_some() && cfg.pretrain.passages > 0 {
-                    rep.line("pretraining skipped: the policy comes from a checkpoint (--init)");
-                } else if let Some(line) = pretrain(&policy, &tokenizer, &cfg, rep)? {
-                    log.append(&line)?;
+            let pool = pool_for(&cfg)?;
+            (
+                cfg,
+                loaded.model,
+                loaded.tokenizer,
+                opt,
+                loaded.state.iteration,
+                before,
+                pool,
+            )
+        }
+        loaded => {
+            // A new run, or one resumed inside its cold start: the cold start (what is left
+            // of it), then the cold-start policy, its evaluation and the RL optimizer.
+            let (cfg, pool, policy, tokenizer, resume) = match loaded {
+                Some(loaded) => {
+                    let cfg = resumed_config(&cfg, opts, &loaded, out)?;
+                    let Some(progress) = loaded.state.cold_start.clone() else {
+                        unreachable!("RL checkpoints are the arm above");
+                    };
+                    log.truncate_lines(progress.metrics_lines)?;
+                    let mut opt = AdamW::new(cfg.rft_optimizer_config(progress.sft_steps))?;
+                    let (moments, step) = loaded.optimizer;
+                    opt.load_state(loaded.model.params(), moments, step)?;
+                    rep.line(&format!(
+                        "resuming {} from {} (the cold start after {:?})",
+                        out.display(),
+                        loaded.dir.display(),
+                        progress.done
+                    ));
+                    let pool = pool_for(&cfg)?;
+                    let resume = Some((progress.done, opt, progress.sft_steps));
+                    (cfg, pool, loaded.model, loaded.tokenizer, resume)
                 }
-                for line in cold_start(&policy, &tokenizer, &pool, &cfg, rep)? {
-                    log.append(&line)?;
+                None => {
+                    let pool = pool_for(&cfg)?;
+                    let (policy, tokenizer) =
+                        initial_policy(&cfg, opts.init.as_deref(), &opts.device)?;
+                    rep.line(&format!(
+                        "{}: {} parameters, {} training / {} held-out tasks",
+                        cfg.env.as_str(),
+                        policy.num_parameters(),
+                        pool.num_tasks(Split::Train),
+                        pool.num_tasks(Split::Test)
+                    ));
+                    (cfg, pool, policy, tokenizer, None)
                 }
+            };
+            if opts.cold_start || resume.is_some() {
+                checkpointed_cold_start(&policy, &tokenizer, &pool, &cfg, opts, resume, &log, rep)?;
             }
             checkpoint::save(&policy, &cold_dir, usize::MAX)?;
             tokenizer.save(&cold_dir)?;
@@ -368,22 +511,25 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
         }
     };
     let state_of = |iteration: usize, opt: &AdamW| -> Result<TrainerState> {
-        Ok(TrainerState {
-            format: FORMAT,
-            iteration,
-            optimizer_step: opt.steps(),
-            config: cfg.to_toml()?,
-        })
+        Ok(TrainerState::rl(iteration, opt.steps(), cfg.to_toml()?))
     };
+    let keep = cfg.train.keep_checkpoints;
+    // The iteration the latest checkpoint holds (a resumed run starts from one).
+    let mut saved = start_iter;
     let mut last_checkpoint = state::latest(out)?;
-    if start_iter == 0 && last_checkpoint.is_none() {
-        last_checkpoint = Some(state::save(
+    if start_iter == 0
+        && last_checkpoint
+            .as_ref()
+            .is_none_or(|d| !is_rl_checkpoint(d))
+    {
+        last_checkpoint = Some(save_checkpoint(
             out,
             &policy,
             &tokenizer,
             &opt,
             &state_of(0, &opt)?,
-            cfg.train.keep_checkpoints,
+            keep,
+            rep,
         )?);
     }
     let reference = if cfg.algo.kl_coef > 0.0 {
@@ -401,6 +547,26 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
     };
     let mut after = None;
     for it in start_iter + 1..=iterations {
+        // Leaving on a stop request: the iteration in progress is dropped (the policy and the
+        // optimizer are as iteration `it - 1` left them), and that one is checkpointed on the
+        // way out unless it already is.
+        let stop = |signal: i32, opt: &AdamW, rep: &mut dyn Reporter| -> Result<RunResult> {
+            if saved != it - 1 {
+                save_checkpoint(
+                    out,
+                    &policy,
+                    &tokenizer,
+                    opt,
+                    &state_of(it - 1, opt)?,
+                    keep,
+                    rep,
+                )?;
+            }
+            Err(Error::Stopped { signal })
+        };
+        if let Some(signal) = rep.stop_requested() {
+            return stop(signal, &opt, rep);
+        }
         let t0 = std::time::Instant::now();
         let i = it as u64;
         let old = policy.frozen_copy()?;
@@ -409,7 +575,9 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
             cfg.rollout.tasks_per_iteration,
             derive_seed(cfg.seed, i, purpose::RL_TASKS),
         );
-        let (records, stats, secs) = run_episodes(
+        // The rollout reads `old` only: a stop during it leaves the policy as it was.
+        let (records, stats, secs) = match run_episodes(
+            "rollout",
             &old,
             &tokenizer,
             &pool,
@@ -420,15 +588,29 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
             cfg.rollout.temperature,
             derive_seed(cfg.seed, i, purpose::RL_ROLLOUT),
             rep,
-        )?;
+        ) {
+            Err(Error::Stopped { signal }) => return stop(signal, &opt, rep),
+            done => done?,
+        };
         let summary = RolloutSummary::of(&records, &stats, secs);
         let adv = compute_advantages(&records, &adv_cfg)
             .map_err(|e| Error::invalid("advantages", e.to_string()))?;
         let rows = flatten_rows(&records, &adv, cfg.control.filter_void)
             .map_err(|e| Error::invalid("training rows", e.to_string()))?;
         let n_rows = rows.len();
+        // The update changes the policy and the optimizer in place; a stop during it or the
+        // evaluation after it puts both back: the weights from `old` (the policy as the
+        // iteration began), the optimizer from this copy of its moments.
+        let (moments, step) = opt.snapshot()?;
+        let put_back = |opt: &mut AdamW| -> Result<()> {
+            for (name, var) in policy.params() {
+                var.set(old.params()[name].as_tensor())?;
+            }
+            opt.load_state(policy.params(), moments.clone(), step)
+        };
         rep.begin("update", n_rows);
-        let report = update(
+        let mut asked = None;
+        let report = update_until(
             &policy,
             &old,
             reference.as_ref(),
@@ -441,18 +623,36 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
                 temperature: f64::from(cfg.rollout.temperature),
                 seed: derive_seed(cfg.seed, i, purpose::RL_SHUFFLE),
             },
-            |done, total| rep.advance(done * n_rows / total.max(1)),
+            |done, total| {
+                rep.advance(done * n_rows / total.max(1));
+                asked = rep.stop_requested();
+                match asked {
+                    Some(_) => ControlFlow::Break(()),
+                    None => ControlFlow::Continue(()),
+                }
+            },
         );
         rep.end();
-        let report = report?;
-        drop(old);
+        let Some(report) = report? else {
+            put_back(&mut opt)?;
+            return stop(asked.unwrap_or_default(), &opt, rep);
+        };
         let (eval, eval_sampled) = if it % cfg.train.eval_every == 0 || it == iterations {
-            let e = evaluate(&policy, &tokenizer, &pool, &cfg, rep)?;
-            after = Some(e.headline.clone());
-            (Some(e.headline), e.sampled)
+            match evaluate(&policy, &tokenizer, &pool, &cfg, rep) {
+                Ok(e) => {
+                    after = Some(e.headline.clone());
+                    (Some(e.headline), e.sampled)
+                }
+                Err(Error::Stopped { signal }) => {
+                    put_back(&mut opt)?;
+                    return stop(signal, &opt, rep);
+                }
+                Err(e) => return Err(e),
+            }
         } else {
             (None, None)
         };
+        drop(old);
         let line = MetricsLine {
             stage: "rl".into(),
             iteration: it,
@@ -466,14 +666,16 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
         rep.line(&iteration_line(&line, iterations));
         log.append(&line)?;
         if it % cfg.train.checkpoint_every == 0 || it == iterations {
-            last_checkpoint = Some(state::save(
+            last_checkpoint = Some(save_checkpoint(
                 out,
                 &policy,
                 &tokenizer,
                 &opt,
                 &state_of(it, &opt)?,
-                cfg.train.keep_checkpoints,
+                keep,
+                rep,
             )?);
+            saved = it;
         }
     }
     let lines = log.read()?;
@@ -500,6 +702,12 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
         checkpoint: last_checkpoint,
         seconds: t_start.elapsed().as_secs_f64(),
     })
+}
+
+/// Whether `dir` is an RL checkpoint (`iter-NNNNNN`), not a cold-start stage's.
+fn is_rl_checkpoint(dir: &Path) -> bool {
+    dir.file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("iter-"))
 }
 
 /// One evaluation in words: the headline (greedy or at its temperature) and the sampled figure.

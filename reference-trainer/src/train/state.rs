@@ -6,20 +6,35 @@
 //!
 //! A checkpoint is written into a temporary folder, synced, and renamed into place; only then
 //! does `latest` move (itself replaced atomically) and old checkpoints get pruned. A crash or a
-//! failed write at any point leaves the previous checkpoint and `latest` as they were.
+//! failed write at any point (a full disk included) leaves the previous checkpoint and `latest`
+//! as they were, and no half-written folder behind.
+//!
+//! `trainer_state.json` (format 2) records the size and SHA-256 of every other file of its
+//! folder; [`load`] and [`verify`] check them, so a truncated, changed or deleted file is an
+//! [`Error::CheckpointFile`] naming it, never silently different weights. Format 1 (before
+//! checksums) is still read — a run written by an older build can be resumed — but nothing in
+//! it can be checked: [`Loaded::verified`] says so and the callers print a note.
+//!
+//! The cold start (pretraining, SFT, each rejection round) checkpoints after each stage too,
+//! as `cold-NNN-<stage>` with [`TrainerState::cold_start`] set; they are pruned once the first
+//! RL checkpoint (`iter-000000`, the cold start done) exists.
 //!
 //! RNG state: every random draw of a run comes from a generator seeded by
 //! `(seed, iteration, purpose)` ([`derive_seed`]), so the iteration *is* the generator state
 //! and a resumed run draws exactly what an uninterrupted one would.
 
+use std::collections::BTreeMap;
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::optimizer::AdamW;
-use crate::error::{Error, Result};
+use super::rft::Stage;
+use crate::error::{Error, FileProblem, Result};
 use crate::model::{checkpoint, Qwen3};
 use crate::tokenizer::Tokenizer;
 
@@ -34,10 +49,53 @@ pub struct TrainerState {
     pub optimizer_step: u64,
     /// The run's config, as TOML (its seed and `iteration` are the whole RNG state).
     pub config: String,
+    /// Set on a checkpoint taken inside the cold start: the stage it follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_start: Option<ColdStart>,
+    /// Size and SHA-256 of every other file of the checkpoint folder, by name (filled in by
+    /// [`save`]; empty in format 1).
+    #[serde(default)]
+    pub files: BTreeMap<String, FileSum>,
 }
 
-/// The current format of `trainer_state.json`.
-pub const FORMAT: u32 = 1;
+impl TrainerState {
+    /// The state of an RL checkpoint (iteration 0: the cold start is done, RL not begun).
+    pub fn rl(iteration: usize, optimizer_step: u64, config: String) -> Self {
+        Self {
+            format: FORMAT,
+            iteration,
+            optimizer_step,
+            config,
+            cold_start: None,
+            files: BTreeMap::new(),
+        }
+    }
+}
+
+/// Where a cold-start checkpoint stands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ColdStart {
+    /// The last stage finished.
+    pub done: Stage,
+    /// The SFT's step count, which shapes the fine-tuning optimizer's schedule.
+    pub sft_steps: u64,
+    /// Lines of `metrics.jsonl` written when the checkpoint was (a resume drops the rest).
+    pub metrics_lines: usize,
+}
+
+/// The size and SHA-256 (lower-case hex) of one checkpoint file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSum {
+    /// Its length in bytes.
+    pub bytes: u64,
+    /// SHA-256 of its bytes.
+    pub sha256: String,
+}
+
+/// The current format of `trainer_state.json` (2: with [`TrainerState::files`]).
+pub const FORMAT: u32 = 2;
+/// The format before checksums, still read (unverified).
+pub const FORMAT_UNVERIFIED: u32 = 1;
 const STATE: &str = "trainer_state.json";
 const OPTIMIZER: &str = "optimizer.safetensors";
 const LATEST: &str = "latest";
@@ -64,6 +122,9 @@ pub struct Loaded {
     pub state: TrainerState,
     /// The folder it came from.
     pub dir: PathBuf,
+    /// Whether its files were checked against their recorded SHA-256 (false for format 1,
+    /// which recorded none).
+    pub verified: bool,
 }
 
 /// The checkpoints folder of a run.
@@ -90,8 +151,9 @@ pub fn latest(out: &Path) -> Result<Option<PathBuf>> {
     }
 }
 
-/// Writes a checkpoint of iteration `state.iteration` and makes it the latest; keeps the
-/// newest `keep` checkpoints. Returns its folder.
+/// Writes a checkpoint of iteration `state.iteration` (or of the cold-start stage
+/// `state.cold_start`) and makes it the latest; keeps the newest `keep` checkpoints. Returns its
+/// folder.
 pub fn save(
     out: &Path,
     model: &Qwen3,
@@ -100,9 +162,23 @@ pub fn save(
     state: &TrainerState,
     keep: usize,
 ) -> Result<PathBuf> {
+    save_reporting(out, model, tokenizer, opt, state, keep, &mut |_| {})
+}
+
+/// [`save`], telling `written` how many of the checkpoint's parts are written (model,
+/// tokenizer, optimizer, checksums and state, then the rename: 5 in all).
+pub fn save_reporting(
+    out: &Path,
+    model: &Qwen3,
+    tokenizer: &Tokenizer,
+    opt: &AdamW,
+    state: &TrainerState,
+    keep: usize,
+    written: &mut dyn FnMut(usize),
+) -> Result<PathBuf> {
     let root = checkpoints_dir(out);
     fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
-    let name = format!("iter-{:06}", state.iteration);
+    let name = folder_name(state);
     let tmp = root.join(format!(".tmp-{name}-{}", std::process::id()));
     let final_dir = root.join(&name);
     let result = (|| -> Result<()> {
@@ -111,20 +187,26 @@ pub fn save(
         }
         fs::create_dir(&tmp).map_err(|e| Error::io(&tmp, e))?;
         checkpoint::save(model, &tmp, usize::MAX)?;
+        written(1);
         tokenizer.save(&tmp)?;
         tokenizer.save_generation_config(&tmp)?;
+        written(2);
         let (moments, step) = opt.state();
         let mut named: Vec<(&str, &Tensor)> =
             moments.iter().map(|(k, t)| (k.as_str(), t)).collect();
         named.sort_by_key(|(k, _)| *k);
         checkpoint::write_safetensors(&tmp.join(OPTIMIZER), &named)?;
+        written(3);
         let mut st = state.clone();
+        st.format = FORMAT;
         st.optimizer_step = step;
+        st.files = file_sums(&tmp)?;
         let text = serde_json::to_string_pretty(&st).map_err(|e| Error::Json {
             path: tmp.join(STATE),
             message: e.to_string(),
         })?;
         checkpoint::write_atomic(&tmp.join(STATE), text.as_bytes())?;
+        written(4);
         if final_dir.exists() {
             // A checkpoint of the same iteration from an earlier attempt (a resumed run that
             // redoes it): replaced by the new one.
@@ -132,7 +214,9 @@ pub fn save(
         }
         fs::rename(&tmp, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
         sync_dir(&root);
-        checkpoint::write_atomic(&root.join(LATEST), name.as_bytes())
+        checkpoint::write_atomic(&root.join(LATEST), name.as_bytes())?;
+        written(5);
+        Ok(())
     })();
     if let Err(e) = result {
         let _ = fs::remove_dir_all(&tmp);
@@ -142,6 +226,56 @@ pub fn save(
     Ok(final_dir)
 }
 
+/// `iter-NNNNNN`, or `cold-NNN-<stage>` for a cold-start stage (numbered so names sort in the
+/// order the stages run).
+fn folder_name(state: &TrainerState) -> String {
+    match &state.cold_start {
+        None => format!("iter-{:06}", state.iteration),
+        Some(c) => match c.done {
+            Stage::Pretrain => "cold-000-pretrain".into(),
+            Stage::Sft => "cold-001-sft".into(),
+            Stage::Rejection(round) => format!("cold-{:03}-rejection-{}", round + 2, round + 1),
+        },
+    }
+}
+
+/// Size and SHA-256 of every file in `dir` but `trainer_state.json`.
+fn file_sums(dir: &Path) -> Result<BTreeMap<String, FileSum>> {
+    let mut sums = BTreeMap::new();
+    for entry in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == STATE || !entry.path().is_file() {
+            continue;
+        }
+        let path = entry.path();
+        let sum = file_sum(&path).map_err(|e| Error::io(&path, e))?;
+        sums.insert(name, sum);
+    }
+    Ok(sums)
+}
+
+fn file_sum(path: &Path) -> std::io::Result<FileSum> {
+    let mut f = fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    let sha256 = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok(FileSum { bytes, sha256 })
+}
+
 fn sync_dir(dir: &Path) {
     // Best effort: makes the rename durable on filesystems that need it.
     if let Ok(f) = fs::File::open(dir) {
@@ -149,7 +283,8 @@ fn sync_dir(dir: &Path) {
     }
 }
 
-/// Removes all but the newest `keep` checkpoints (never `current`) and stale temp folders.
+/// Removes all but the newest `keep` checkpoints (never `current`) and stale temp folders;
+/// once an RL checkpoint exists, every cold-start stage checkpoint goes too.
 fn prune(root: &Path, keep: usize, current: &str) -> Result<()> {
     let mut names: Vec<String> = Vec::new();
     for entry in fs::read_dir(root).map_err(|e| Error::io(root, e))? {
@@ -157,35 +292,127 @@ fn prune(root: &Path, keep: usize, current: &str) -> Result<()> {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with(".tmp-") {
             let _ = fs::remove_dir_all(entry.path());
-        } else if name.starts_with("iter-") && entry.path().is_dir() {
+        } else if (name.starts_with("iter-") || name.starts_with("cold-")) && entry.path().is_dir()
+        {
             names.push(name);
         }
     }
+    // "cold-…" sorts before "iter-…": the stages come first.
     names.sort();
+    let rl_begun = names.iter().any(|n| n.starts_with("iter-"));
     let excess = names.len().saturating_sub(keep.max(1));
-    for name in names.into_iter().take(excess) {
-        if name != current {
-            let p = root.join(&name);
+    for (i, name) in names.iter().enumerate() {
+        if name != current && (i < excess || (rl_begun && name.starts_with("cold-"))) {
+            let p = root.join(name);
             fs::remove_dir_all(&p).map_err(|e| Error::io(&p, e))?;
         }
     }
     Ok(())
 }
 
-/// Loads the checkpoint in `dir` (the model in `dtype` on `device`).
-pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Loaded> {
+/// Reads `trainer_state.json` of the checkpoint in `dir` (format 2, or 1 without checksums).
+pub fn read_state(dir: &Path) -> Result<TrainerState> {
     let state_path = dir.join(STATE);
     let text = fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
     let state: TrainerState = serde_json::from_str(&text).map_err(|e| Error::Json {
         path: state_path.clone(),
         message: e.to_string(),
     })?;
-    if state.format != FORMAT {
+    if state.format != FORMAT && state.format != FORMAT_UNVERIFIED {
         return Err(Error::Json {
             path: state_path,
-            message: format!("format {} (this build reads {FORMAT})", state.format),
+            message: format!(
+                "format {} (this build reads {FORMAT}, and {FORMAT_UNVERIFIED} unverified)",
+                state.format
+            ),
         });
     }
+    Ok(state)
+}
+
+/// Checks every file `state` lists in `dir` against its recorded size and SHA-256; the first
+/// that differs is an [`Error::CheckpointFile`] naming it. Returns whether anything was
+/// checked (false for format 1, which recorded no checksums).
+pub fn verify_files(dir: &Path, state: &TrainerState) -> Result<bool> {
+    if state.format == FORMAT_UNVERIFIED {
+        return Ok(false);
+    }
+    let bad = |path: PathBuf, problem| Err(Error::CheckpointFile { path, problem });
+    if state.files.is_empty() {
+        return bad(
+            dir.join(STATE),
+            FileProblem::Unreadable("format 2 but no file checksums in it".into()),
+        );
+    }
+    for (name, want) in &state.files {
+        let path = dir.join(name);
+        if name.contains('/') || name.starts_with('.') {
+            return bad(path, FileProblem::Unreadable("not a file name".into()));
+        }
+        let found = match fs::metadata(&path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return bad(path, FileProblem::Missing)
+            }
+            Err(e) => return bad(path, FileProblem::Unreadable(e.to_string())),
+        };
+        if found != want.bytes {
+            return bad(
+                path,
+                FileProblem::Size {
+                    expected: want.bytes,
+                    found,
+                },
+            );
+        }
+        let got = match file_sum(&path) {
+            Ok(s) => s,
+            Err(e) => return bad(path, FileProblem::Unreadable(e.to_string())),
+        };
+        if got.sha256 != want.sha256 {
+            return bad(
+                path,
+                FileProblem::Checksum {
+                    expected: want.sha256.clone(),
+                    found: got.sha256,
+                },
+            );
+        }
+    }
+    Ok(true)
+}
+
+/// [`read_state`] and [`verify_files`]: a training checkpoint's state, its files checked.
+/// Returns the state and whether it could be checked (format 1 could not).
+pub fn verify(dir: &Path) -> Result<(TrainerState, bool)> {
+    let state = read_state(dir)?;
+    let verified = verify_files(dir, &state)?;
+    Ok((state, verified))
+}
+
+/// [`verify`] when `dir` is a training checkpoint (it has `trainer_state.json`): for the
+/// commands that load any Hugging Face folder (`--init`, `generate --checkpoint`). `Ok(None)`
+/// for another folder; else whether its files could be checked.
+pub fn verify_if_training_checkpoint(dir: &Path) -> Result<Option<bool>> {
+    if !dir.join(STATE).is_file() {
+        return Ok(None);
+    }
+    verify(dir).map(|(_, verified)| Some(verified))
+}
+
+/// The note a caller prints for an unverified (format 1) checkpoint.
+pub fn unverified_note(dir: &Path) -> String {
+    format!(
+        "note: {} was written before checkpoints carried checksums (trainer_state.json format \
+         {FORMAT_UNVERIFIED}): its files are loaded unverified",
+        dir.display()
+    )
+}
+
+/// Loads the checkpoint in `dir` (the model in `dtype` on `device`), its files checked first
+/// ([`verify`]).
+pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Loaded> {
+    let (state, verified) = verify(dir)?;
     let model = checkpoint::load(dir, dtype, device)?;
     let tokenizer = Tokenizer::load(dir.join("tokenizer.json"))?;
     let moments = checkpoint::read_safetensors(&dir.join(OPTIMIZER))?;
@@ -195,6 +422,7 @@ pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Loaded> {
         optimizer: (moments, state.optimizer_step),
         state,
         dir: dir.to_path_buf(),
+        verified,
     })
 }
 
@@ -234,12 +462,7 @@ mod tests {
             response: vec![3, 4],
         };
         crate::train::sft_step(&model, &mut opt, &[demo], 1, 0.0).unwrap();
-        let mut state = TrainerState {
-            format: FORMAT,
-            iteration: 1,
-            optimizer_step: 0,
-            config: "x = 1".into(),
-        };
+        let mut state = TrainerState::rl(1, 0, "x = 1".into());
         assert!(latest(out).unwrap().is_none());
         let first = save(out, &model, &tok, &opt, &state, 2).unwrap();
         assert_eq!(latest(out).unwrap().unwrap(), first);
@@ -293,12 +516,7 @@ mod tests {
         let cfg = Qwen3Config::small(tok.id_bound(), 16, 32, 1, 2, 1, 8, 64);
         let model = Qwen3::random(cfg, 1, DType::F32, &Device::Cpu).unwrap();
         let opt = AdamW::new(AdamWConfig::default()).unwrap();
-        let state = TrainerState {
-            format: FORMAT,
-            iteration: 0,
-            optimizer_step: 0,
-            config: String::new(),
-        };
+        let state = TrainerState::rl(0, 0, String::new());
         let ck = save(out, &model, &tok, &opt, &state, 1).unwrap();
         let path = ck.join("config.json");
         let text = fs::read_to_string(&path).unwrap();
@@ -309,7 +527,8 @@ mod tests {
                 .replace("\"qwen3\"", "\"mistral\""),
         )
         .unwrap();
-        let e = load(&ck, DType::F32, &Device::Cpu)
+        // The model loader's own check (the checkpoint's checksums would catch the edit first).
+        let e = checkpoint::load(&ck, DType::F32, &Device::Cpu)
             .err()
             .unwrap()
             .to_string();
@@ -317,5 +536,149 @@ mod tests {
             e.contains("model_type") && e.contains("mistral") && e.contains("config.json"),
             "{e}"
         );
+    }
+
+    /// A checkpoint of a tiny model in `out`.
+    fn saved(out: &Path) -> PathBuf {
+        let tok = tiny_tokenizer();
+        let cfg = Qwen3Config::small(tok.id_bound(), 16, 32, 1, 2, 1, 8, 64);
+        let model = Qwen3::random(cfg, 1, DType::F32, &Device::Cpu).unwrap();
+        let mut opt = AdamW::new(AdamWConfig::default()).unwrap();
+        let demo = crate::train::Demo {
+            prompt: vec![1, 2],
+            response: vec![3, 4],
+        };
+        crate::train::sft_step(&model, &mut opt, &[demo], 1, 0.0).unwrap();
+        save(
+            out,
+            &model,
+            &tok,
+            &opt,
+            &TrainerState::rl(3, 0, "x = 1".into()),
+            1,
+        )
+        .unwrap()
+    }
+
+    fn damaged(dir: &Path) -> (PathBuf, FileProblem) {
+        match load(dir, DType::F32, &Device::Cpu) {
+            Err(Error::CheckpointFile { path, problem }) => (path, problem),
+            Err(e) => panic!("another error: {e}"),
+            Ok(_) => panic!("a damaged checkpoint loaded"),
+        }
+    }
+
+    #[test]
+    fn every_file_is_checksummed_and_damage_is_an_error_naming_the_file() {
+        let work = tempfile::tempdir().unwrap();
+        let ck = saved(work.path());
+        let (state, verified) = verify(&ck).unwrap();
+        assert!(verified);
+        assert_eq!(state.format, FORMAT);
+        let mut listed: Vec<&str> = state.files.keys().map(String::as_str).collect();
+        listed.sort();
+        let mut on_disk: Vec<String> = fs::read_dir(&ck)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != STATE)
+            .collect();
+        on_disk.sort();
+        assert_eq!(listed, on_disk);
+        for name in [
+            "model.safetensors",
+            OPTIMIZER,
+            "tokenizer.json",
+            "config.json",
+        ] {
+            assert!(state.files.contains_key(name), "{name} listed");
+        }
+        let original = work.path().join("original");
+        fs::create_dir(&original).unwrap();
+        let copy_back = || {
+            for name in state.files.keys() {
+                fs::copy(original.join(name), ck.join(name)).unwrap();
+            }
+        };
+        for name in state.files.keys() {
+            fs::copy(ck.join(name), original.join(name)).unwrap();
+        }
+
+        // Truncated: the model's tensor file loses its last byte.
+        let model = ck.join("model.safetensors");
+        let bytes = fs::read(&model).unwrap();
+        fs::write(&model, &bytes[..bytes.len() - 1]).unwrap();
+        let (path, problem) = damaged(&ck);
+        assert_eq!(path, model);
+        let n = bytes.len() as u64;
+        assert_eq!(
+            problem,
+            FileProblem::Size {
+                expected: n,
+                found: n - 1
+            }
+        );
+        let text = Error::CheckpointFile {
+            path: path.clone(),
+            problem,
+        }
+        .to_string();
+        assert!(
+            text.contains("model.safetensors") && text.contains("damaged"),
+            "{text}"
+        );
+        copy_back();
+        load(&ck, DType::F32, &Device::Cpu).unwrap();
+
+        // One bit flipped in the middle of a tensor, the size unchanged.
+        let opt = ck.join(OPTIMIZER);
+        let mut bytes = fs::read(&opt).unwrap();
+        let mid = bytes.len() - 5;
+        bytes[mid] ^= 0x10;
+        fs::write(&opt, &bytes).unwrap();
+        let (path, problem) = damaged(&ck);
+        assert_eq!(path, opt);
+        assert!(
+            matches!(problem, FileProblem::Checksum { .. }),
+            "{problem:?}"
+        );
+        copy_back();
+
+        // A file deleted.
+        let tok = ck.join("tokenizer.json");
+        fs::remove_file(&tok).unwrap();
+        assert_eq!(damaged(&ck), (tok, FileProblem::Missing));
+        copy_back();
+        assert!(verify(&ck).unwrap().1);
+    }
+
+    #[test]
+    fn a_checkpoint_without_checksums_loads_unverified() {
+        let work = tempfile::tempdir().unwrap();
+        let ck = saved(work.path());
+        let path = ck.join(STATE);
+        let mut v: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        v["format"] = 1.into();
+        v.as_object_mut().unwrap().remove("files");
+        fs::write(&path, v.to_string()).unwrap();
+        let l = load(&ck, DType::F32, &Device::Cpu).unwrap();
+        assert!(!l.verified);
+        assert_eq!(l.state.iteration, 3);
+        assert!(unverified_note(&ck).contains("unverified"));
+        // A format this build does not know is refused.
+        v["format"] = 7.into();
+        fs::write(&path, v.to_string()).unwrap();
+        let e = load(&ck, DType::F32, &Device::Cpu)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("format 7") && e.contains(STATE), "{e}");
+        // Format 2 that lists no file is damaged, not unverified.
+        v["format"] = 2.into();
+        fs::write(&path, v.to_string()).unwrap();
+        assert!(matches!(
+            load(&ck, DType::F32, &Device::Cpu),
+            Err(Error::CheckpointFile { .. })
+        ));
     }
 }

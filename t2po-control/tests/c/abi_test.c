@@ -403,6 +403,26 @@ static void prompt_and_events(void) {
   EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
   CHECK(info.tti_armed == 1 && info.prompt_inside_think == 1 && info.inside_think == 1);
 
+  /* prompt_inside_think reports where the generation starts: a declared think_start wins over
+   * what the prompt tokens left, and a FROM_PROMPT retry starts where the first try did. */
+  EXPECT_STATUS(t2po_seq_reset(&seq), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_accept_prompt(&seq, plain, 3), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.prompt_inside_think == 0);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.prompt_inside_think == 1 && info.inside_think == 1 && info.tti_armed == 1);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_FROM_PROMPT), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.prompt_inside_think == 1 && info.inside_think == 1);
+  EXPECT_STATUS(t2po_seq_reset(&seq), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_accept_prompt(&seq, prompt, 4), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.prompt_inside_think == 1);
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_OUTSIDE), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_seq_inspect(&seq, &info), T2PO_STATUS_OK);
+  CHECK(info.prompt_inside_think == 0 && info.inside_think == 0 && info.tti_armed == 0);
+
   /* tti_enabled = 0: inside think, but not armed. */
   t2po_config off = cfg;
   off.tti_enabled = 0;
@@ -521,11 +541,51 @@ static void counters_and_corruption(void) {
   seq = good;
   seq.turn.exponent = INT64_MAX / 2; /* Φ = exp(huge) = inf */
   EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_BAD_ACCUMULATOR);
+
+  /* What an outside check found: a poisoned accumulator gave the error once, then one more
+   * token renormalised the NaN/inf mantissa and Φ came back OK (≈ 2.2e8); an exponent of
+   * INT64_MIN gave OK with Φ = 0. Each stays an error through more tokens, until a reset. */
+  const double bad_mantissa[3] = {NAN, INFINITY, -INFINITY};
+  const int64_t bad_exponent[2] = {INT64_MIN, INT64_MAX};
+  for (int k = 0; k < 5; k++) {
+    seq = good;
+    if (k < 3) {
+      seq.turn.mantissa = bad_mantissa[k];
+    } else {
+      seq.turn.exponent = bad_exponent[k - 3];
+    }
+    for (int token = 0; token < 4; token++) {
+      phi = 123.0f;
+      EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_BAD_ACCUMULATOR);
+      CHECK(phi == 123.0f);
+      EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OK);
+      EXPECT_STATUS(t2po_seq_accept(&seq, 5), T2PO_STATUS_OK);
+    }
+    EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_BAD_ACCUMULATOR);
+    /* A new generation starts from a fresh accumulator. */
+    EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_OUTSIDE), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_EMPTY_TURN);
+    EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_accept(&seq, 5), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_OK);
+    CHECK(isfinite(phi));
+  }
   /* Released profile: the arithmetic sum. */
   EXPECT_STATUS(t2po_config_default(T2PO_PROFILE_RELEASED, &cfg), T2PO_STATUS_OK);
   EXPECT_STATUS(t2po_seq_init(&seq, &cfg), T2PO_STATUS_OK);
   seq.turn.count_after_skip = 3;
   seq.turn.sum = INFINITY;
+  phi = 123.0f;
+  EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_BAD_ACCUMULATOR);
+  CHECK(phi == 123.0f);
+  /* ... and stays so through tokens past the skip. */
+  EXPECT_STATUS(t2po_seq_begin_generation(&seq, T2PO_THINK_START_OUTSIDE), T2PO_STATUS_OK);
+  seq.turn.count_after_skip = 3;
+  seq.turn.sum = NAN;
+  for (int token = 0; token < 40; token++) {
+    EXPECT_STATUS(t2po_seq_observe_f32(&seq, row, 8, &step), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_accept(&seq, 5), T2PO_STATUS_OK);
+  }
   EXPECT_STATUS(t2po_seq_turn_signal(&seq, &phi), T2PO_STATUS_BAD_ACCUMULATOR);
   CHECK(phi == 123.0f);
   phi = 123.0f;
