@@ -76,14 +76,28 @@ pub fn name_special_tokens(cfg: &mut Qwen3Config, tokenizer: &Tokenizer) -> Resu
 /// Expert episodes per environment in the default tokenizer's text.
 pub const TOKENIZER_EPISODES: usize = 400;
 
+/// Search QA passages behind the default tokenizer's text (its encyclopedia, and the world its
+/// Search QA expert episodes are played in): fixed, so the tokenizer, and the cache entry that
+/// holds it, do not change with the shipped config's world size.
+pub const TOKENIZER_PASSAGES: usize = 3000;
+
+/// The generated data sizes the default tokenizer's text comes from: the shipped config's,
+/// with [`TOKENIZER_PASSAGES`].
+fn tokenizer_pool_size(env: EnvKind) -> Result<PoolSize> {
+    Ok(PoolSize {
+        passages: TOKENIZER_PASSAGES,
+        ..pool_size(env)?
+    })
+}
+
 /// The text the default tokenizer is trained on: for each environment, the chat-formatted
-/// prompts and the experts' full responses of `episodes` training episodes, and the Search QA
-/// retrieval corpus (every entity's passage, so the names of held-out questions are in it as a
-/// real tokenizer's training text holds the names of an encyclopedia).
+/// prompts and the experts' full responses of `episodes` training episodes, and a Search QA
+/// retrieval corpus of [`TOKENIZER_PASSAGES`] passages (as a real tokenizer's training text holds
+/// the names of an encyclopedia).
 pub fn corpus(seed: u64, episodes: usize) -> Result<Vec<String>> {
-    let mut out = encyclopedia(seed, pool_size(EnvKind::Search)?.passages);
+    let mut out = encyclopedia(seed, TOKENIZER_PASSAGES);
     for env in EnvKind::ALL {
-        let pool = EnvPool::generated(env, seed, pool_size(env)?)?;
+        let pool = EnvPool::generated(env, seed, tokenizer_pool_size(env)?)?;
         let n = pool.num_tasks(Split::Train).min(episodes);
         for task in 0..n {
             let ep = pool.expert_episode(Split::Train, task, seed ^ task as u64);

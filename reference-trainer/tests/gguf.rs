@@ -673,6 +673,7 @@ fn train_starts_from_a_gguf_file() {
     c.optim.micro_batch_tokens = 1024;
     c.optim.mini_batches = 1;
     c.data.train_questions = c.data.train_questions.min(200);
+    c.data.passages = c.data.passages.min(3000);
     c.rft.demo_tasks = 2;
     c.rft.rounds = 0;
     c.rft.epochs = 1;

@@ -37,6 +37,7 @@ pub fn tiny(env: EnvKind, iterations: usize) -> TrainConfig {
     c.pretrain.batch_size = 4;
     c.pretrain.warmup_steps = 1;
     c.data.train_questions = c.data.train_questions.min(200);
+    c.data.passages = c.data.passages.min(3000);
     c.rft.demo_tasks = 3;
     c.rft.rounds = 1;
     c.rft.tasks = 2;
