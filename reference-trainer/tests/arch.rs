@@ -10,6 +10,8 @@
 //! table in f32, ours in f64 rounded once), as `tests/model.rs` uses for Qwen3; 1e-5 between
 //! our own paths (the same products, some in another order).
 
+mod common;
+
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
@@ -315,22 +317,11 @@ fn every_parameter_of_every_architecture_gets_a_gradient() {
             .mean_all()
             .unwrap();
         let grads = loss.backward().unwrap();
-        for (name, var) in m.params() {
-            let g = grads
-                .get(var.as_tensor())
-                .unwrap_or_else(|| panic!("{name} has no gradient"));
-            let norm = g
-                .sqr()
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
-            assert!(
-                norm > 0.0 && norm.is_finite(),
-                "{name}: gradient norm² {norm}"
-            );
-        }
+        common::assert_every_parameter_has_a_gradient(
+            &m,
+            &grads,
+            &format!("{:?}", m.config().arch()),
+        );
     }
 }
 

@@ -3,6 +3,8 @@
 //! weights, batched left-padded decoding equals unbatched decoding, and checkpoints round-trip
 //! in the Hugging Face layout with clear errors for broken ones.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -50,22 +52,7 @@ fn every_parameter_gets_a_gradient() {
         .unwrap();
         let grads = loss.backward().unwrap();
         assert!(model.params().len() >= 20);
-        for (name, var) in model.params() {
-            let g = grads
-                .get(var.as_tensor())
-                .unwrap_or_else(|| panic!("{name} (tied = {tied}) has no gradient"));
-            let norm = g
-                .sqr()
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
-            assert!(
-                norm > 0.0 && norm.is_finite(),
-                "{name}: gradient norm² {norm}"
-            );
-        }
+        common::assert_every_parameter_has_a_gradient(&model, &grads, &format!("tied = {tied}"));
     }
 }
 

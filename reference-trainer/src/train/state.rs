@@ -448,20 +448,25 @@ mod tests {
         crate::tokenizer::build_default(corpus, 400).unwrap()
     }
 
-    #[test]
-    fn save_load_round_trips_and_a_failed_save_keeps_the_last_good_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path();
+    /// A tiny model, its tokenizer and an optimizer after one real step (so the moments exist).
+    fn stepped() -> (Tokenizer, Qwen3, AdamW) {
         let tok = tiny_tokenizer();
         let cfg = Qwen3Config::small(tok.id_bound(), 16, 32, 1, 2, 1, 8, 64);
         let model = Qwen3::random(cfg, 1, DType::F32, &Device::Cpu).unwrap();
         let mut opt = AdamW::new(AdamWConfig::default()).unwrap();
-        // One real step so the moments exist.
         let demo = crate::train::Demo {
             prompt: vec![1, 2],
             response: vec![3, 4],
         };
         crate::train::sft_step(&model, &mut opt, &[demo], 1, 0.0).unwrap();
+        (tok, model, opt)
+    }
+
+    #[test]
+    fn save_load_round_trips_and_a_failed_save_keeps_the_last_good_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let (tok, model, opt) = stepped();
         let mut state = TrainerState::rl(1, 0, "x = 1".into());
         assert!(latest(out).unwrap().is_none());
         let first = save(out, &model, &tok, &opt, &state, 2).unwrap();
@@ -540,15 +545,7 @@ mod tests {
 
     /// A checkpoint of a tiny model in `out`.
     fn saved(out: &Path) -> PathBuf {
-        let tok = tiny_tokenizer();
-        let cfg = Qwen3Config::small(tok.id_bound(), 16, 32, 1, 2, 1, 8, 64);
-        let model = Qwen3::random(cfg, 1, DType::F32, &Device::Cpu).unwrap();
-        let mut opt = AdamW::new(AdamWConfig::default()).unwrap();
-        let demo = crate::train::Demo {
-            prompt: vec![1, 2],
-            response: vec![3, 4],
-        };
-        crate::train::sft_step(&model, &mut opt, &[demo], 1, 0.0).unwrap();
+        let (tok, model, opt) = stepped();
         save(
             out,
             &model,

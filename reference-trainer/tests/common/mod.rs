@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use candle_core::backprop::GradStore;
+use reference_trainer::model::Qwen3;
 use reference_trainer::rollout::EnvKind;
 use reference_trainer::train::{MetricsLine, TrainConfig};
 
@@ -95,4 +97,25 @@ pub fn timeless(l: &MetricsLine) -> serde_json::Value {
     let mut v = serde_json::to_value(l).unwrap();
     strip(&mut v);
     v
+}
+
+/// Asserts that every parameter of `model` has a finite, non-zero gradient in `grads` (`what`
+/// names the model in the message).
+pub fn assert_every_parameter_has_a_gradient(model: &Qwen3, grads: &GradStore, what: &str) {
+    for (name, var) in model.params() {
+        let g = grads
+            .get(var.as_tensor())
+            .unwrap_or_else(|| panic!("{name} ({what}) has no gradient"));
+        let norm = g
+            .sqr()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(
+            norm > 0.0 && norm.is_finite(),
+            "{name} ({what}): gradient norm² {norm}"
+        );
+    }
 }
