@@ -90,6 +90,21 @@ llama() {
   T2PO_REQUIRE_LLAMA=1 T2PO_REQUIRE_TRANSFORMERS=1 T2PO_LLAMA_DIR="$src/vendor/llama.cpp" \
     T2PO_LLAMA_DECODE="$out/t2po_llama_decode" \
     "${HOME}/.cache/t2po-py-venv/bin/python" -m pytest -q -s -p no:cacheprovider python/tests/test_llama_cpp.py
+  # The sampler is C that owns memory (clone, reset, free): the same tests on a driver built
+  # with AddressSanitizer + UndefinedBehaviorSanitizer (any report aborts the driver and fails
+  # the test; libllama itself is not instrumented), then the plain driver under valgrind.
+  echo "-- llama.cpp sampler under ASan + UBSan"
+  make -s -C adapters/llama.cpp LLAMA_DIR="$src/vendor/llama.cpp" LLAMA_LIB="$src/build/bin" OUT="$out/asan" \
+    CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror -std=c11"
+  ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    T2PO_REQUIRE_LLAMA=1 T2PO_REQUIRE_TRANSFORMERS=1 T2PO_LLAMA_DIR="$src/vendor/llama.cpp" \
+    T2PO_LLAMA_DECODE="$out/asan/t2po_llama_decode" \
+    "${HOME}/.cache/t2po-py-venv/bin/python" -m pytest -q -s -p no:cacheprovider python/tests/test_llama_cpp.py
+  echo "-- llama.cpp sampler under valgrind"
+  T2PO_LLAMA_WRAP="valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect" \
+    T2PO_REQUIRE_LLAMA=1 T2PO_REQUIRE_TRANSFORMERS=1 T2PO_LLAMA_DIR="$src/vendor/llama.cpp" \
+    T2PO_LLAMA_DECODE="$out/t2po_llama_decode" \
+    "${HOME}/.cache/t2po-py-venv/bin/python" -m pytest -q -s -p no:cacheprovider python/tests/test_llama_cpp.py
 }
 
 smollm2() {

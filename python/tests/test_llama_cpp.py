@@ -3,11 +3,13 @@ random Qwen3 converted to GGUF by llama.cpp's own script: at every generated tok
 sampler's decision (event, forced token) equals the Rust kernel's on the raw logits llama.cpp
 produced, the forced queue comes out in order, and a clone carries the state. Needs a built
 llama.cpp (.ci/python.sh llama): T2PO_LLAMA_DIR (source tree) and T2PO_LLAMA_DECODE (the
-driver built by adapters/llama.cpp/Makefile)."""
+driver built by adapters/llama.cpp/Makefile). T2PO_LLAMA_WRAP, if set, is a command the driver
+runs under (CI: valgrind); CI also runs these tests on a driver built with ASan + UBSan."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 
@@ -44,7 +46,7 @@ def test_sampler_decisions_equal_the_rust_kernel(gguf, tmp_path, seed):
     prompt = [ids["<|im_start|>"], 40 + seed, 80 + seed, ids["\n"], ids["<think>"], ids["\n"]]
     rep = tmp_path / "replay.txt"
     run = subprocess.run(
-        [os.environ["T2PO_LLAMA_DECODE"], model, str(rep), str(seed), "80", str(ids["<action>"]),
+        [*shlex.split(os.environ.get("T2PO_LLAMA_WRAP", "")), os.environ["T2PO_LLAMA_DECODE"], model, str(rep), str(seed), "80", str(ids["<action>"]),
          str(ids["<think>"]), str(ids["</think>"]), "6", "40", ",".join(map(str, queue)),
          ",".join(map(str, prompt))],
         capture_output=True, text=True,
