@@ -39,7 +39,8 @@ hf() {
   timeout 900 "$venv/bin/pip" install -q --force-reinstall --no-deps ./python
   # From the repository root, so `import t2po` is the installed package, not python/t2po.
   T2PO_REQUIRE_TORCH=1 T2PO_REQUIRE_TRANSFORMERS=1 \
-    "$venv/bin/python" -m pytest -q -s -p no:cacheprovider python/tests/test_core.py python/tests/test_hf.py
+    "$venv/bin/python" -m pytest -q -s -p no:cacheprovider python/tests/test_core.py python/tests/test_hf.py \
+    python/tests/test_properties.py
 }
 
 vllm() {

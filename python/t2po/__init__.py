@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import operator
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence as Seq
@@ -323,6 +324,28 @@ def _u32(field: str, value: Any) -> int:
     return int(value)
 
 
+def _arg_u32(what: str, value: Any, hi: int = 0xFFFF_FFFF) -> int:
+    """An integer call argument in 0..=hi; ctypes would otherwise wrap it silently (token
+    2**32 + 5 would be accepted as token 5)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} = {value!r}: expected an integer, not a bool")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} = {value!r}: expected an integer") from None
+    if not 0 <= n <= hi:
+        raise ValueError(f"{what} = {n}: expected 0..={hi}")
+    return n
+
+
+def _arg_start(value: Any) -> int:
+    try:
+        return int(ThinkStart(_arg_u32("think start", value)))
+    except ValueError:
+        names = ", ".join(f"{m.name.lower()} ({int(m)})" for m in ThinkStart)
+        raise ValueError(f"think start = {value!r}: expected one of {names}") from None
+
+
 def _enum_value(kind: type, field: str, value: Any) -> int:
     if isinstance(value, str):
         try:
@@ -399,7 +422,8 @@ def token_stats(row: Any, top_j: int) -> TokenStats:
     if rows != 1:
         raise ValueError(f"token_stats takes one row, got {rows}")
     out = _ffi.TokenStatsStruct()
-    _check(getattr(lib, f"t2po_token_stats_{kind}")(addr, vocab, int(top_j), ctypes.byref(out)), "token_stats")
+    top_j = _arg_u32("top_j", top_j)
+    _check(getattr(lib, f"t2po_token_stats_{kind}")(addr, vocab, top_j, ctypes.byref(out)), "token_stats")
     return TokenStats(out.entropy, out.confidence, out.max_logit, out.log_sum_exp, out.vocab, out.top_count)
 
 
@@ -517,7 +541,7 @@ class Sequence:
 
     def begin_generation(self, start: ThinkStart | int = ThinkStart.FROM_PROMPT) -> None:
         """Starts a generation; by default from the think state the prompt left."""
-        _check(lib.t2po_seq_begin_generation(self._ptr, int(start)), "begin_generation")
+        _check(lib.t2po_seq_begin_generation(self._ptr, _arg_start(start)), "begin_generation")
 
     def observe(self, row: Any) -> Step:
         """This step's raw logits row (1-D, f32/bf16/f16, numpy or CPU torch)."""
@@ -533,7 +557,10 @@ class Sequence:
                       max_logit: float = 0.0, log_sum_exp: float = 0.0) -> Step:
         """Statistics computed elsewhere (e.g. :func:`t2po.torch_stats.token_stats` on the
         GPU) instead of a row."""
-        stats = _ffi.TokenStatsStruct(entropy, confidence, max_logit, log_sum_exp, vocab, top_count)
+        stats = _ffi.TokenStatsStruct(
+            float(entropy), float(confidence), float(max_logit), float(log_sum_exp),
+            _arg_u32("vocab", vocab), _arg_u32("top_count", top_count),
+        )
         out = _ffi.StepStruct()
         _check(lib.t2po_seq_observe_stats(self._ptr, ctypes.byref(stats), ctypes.byref(out)), "observe_stats")
         return Step(out.forced_token, Event(out.event), out.signal, out.position)
@@ -542,7 +569,8 @@ class Sequence:
         """The token emitted at this step; returns :data:`Event.MODEL_CLOSED` when the model
         closed think itself on the firing step (the forced queue was dropped)."""
         ev = ctypes.c_uint32(0)
-        _check(lib.t2po_seq_accept_event(self._ptr, int(token), ctypes.byref(ev)), f"accept({token})")
+        token = _arg_u32("token", token)
+        _check(lib.t2po_seq_accept_event(self._ptr, token, ctypes.byref(ev)), f"accept({token})")
         return Event(ev.value)
 
     def turn_signal(self) -> float:
@@ -572,8 +600,9 @@ class Sequence:
         """Masks a 1-D row in place for a forced step; returns whether it changed."""
         if step.forced_token == -1:
             return False
+        forced = _arg_u32("step.forced_token", step.forced_token, hi=0x7FFF_FFFF)
         addr, kind, _, vocab, _ = _rows(row, writable=True)
-        s = _ffi.StepStruct(step.forced_token, int(step.event), step.signal, step.position, 0)
+        s = _ffi.StepStruct(forced, 0, 0.0, 0, 0)
         _check(getattr(lib, f"t2po_step_apply_{kind}")(ctypes.byref(s), addr, vocab), "apply")
         return True
 
@@ -593,6 +622,12 @@ class Batch:
             _check(lib.t2po_seq_init(self._ptr(b), ctypes.byref(config._c)), "t2po_seq_init")
 
     def _ptr(self, b: int) -> int:
+        if isinstance(b, bool):
+            raise TypeError(f"row {b!r}: expected an integer")
+        try:
+            b = operator.index(b)
+        except TypeError:
+            raise TypeError(f"row {b!r}: expected an integer") from None
         if not 0 <= b < self.size:
             raise IndexError(f"row {b} outside the batch of {self.size}")
         return self._base + b * _ffi.SEQ_SIZE
@@ -615,8 +650,9 @@ class Batch:
             self[b].accept_prompt(p)
 
     def begin_generation(self, start: ThinkStart | int = ThinkStart.FROM_PROMPT) -> None:
+        start = _arg_start(start)
         for b in range(self.size):
-            _check(lib.t2po_seq_begin_generation(self._ptr(b), int(start)), "begin_generation")
+            _check(lib.t2po_seq_begin_generation(self._ptr(b), start), "begin_generation")
 
     def observe(self, logits: Any, rows: Optional[Seq[int]] = None) -> np.ndarray:
         """One decode step. ``logits`` is ``[size, vocab]`` (any row stride), or
@@ -644,7 +680,7 @@ class Batch:
         fn = getattr(lib, f"t2po_seq_observe_{kind}")
         out = _ffi.StepStruct()
         for i, b in enumerate(rows):
-            _check(fn(self._ptr(int(b)), addr + i * stride * item, vocab, ctypes.byref(out)), f"observe row {b}")
+            _check(fn(self._ptr(b), addr + i * stride * item, vocab, ctypes.byref(out)), f"observe row {b}")
             steps[i] = (out.forced_token, out.event, out.signal, out.position, 0)
         return steps
 
@@ -658,7 +694,8 @@ class Batch:
         item = _ITEMSIZE[kind]
         forced = np.flatnonzero(steps["forced_token"] != -1)
         for i in forced:
-            s = _ffi.StepStruct(int(steps["forced_token"][i]), 0, 0.0, 0, 0)
+            token = _arg_u32(f"steps[{i}].forced_token", int(steps["forced_token"][i]), hi=0x7FFF_FFFF)
+            s = _ffi.StepStruct(token, 0, 0.0, 0, 0)
             _check(fn(ctypes.byref(s), addr + int(i) * stride * item, vocab), f"apply row {i}")
         return len(forced)
 
@@ -670,7 +707,8 @@ class Batch:
         events = np.zeros(len(idx), dtype=np.uint32)
         ev = ctypes.c_uint32(0)
         for i, (b, tok) in enumerate(zip(idx, tokens)):
-            st = lib.t2po_seq_accept_event(self._ptr(int(b)), int(tok), ctypes.byref(ev))
+            tok = _arg_u32(f"tokens[{i}]", tok)
+            st = lib.t2po_seq_accept_event(self._ptr(b), tok, ctypes.byref(ev))
             _check(st, f"accept row {b} token {int(tok)}")
             events[i] = ev.value
         return events
