@@ -211,6 +211,64 @@ fn batched_left_padded_decoding_equals_each_row_alone() {
     }
 }
 
+/// A batch past `PREFILL_CHUNK_TOKENS` padded tokens is prefilled in row chunks into one cache:
+/// its logits and the decode steps after it equal the batch's halves prefilled in one piece
+/// each (the rows never interact; the same kernels run on the same rows).
+#[test]
+fn a_prefill_in_row_chunks_equals_the_prefill_in_one_piece() {
+    use reference_trainer::model::qwen3::PREFILL_CHUNK_TOKENS;
+    let model = Qwen3::random(tiny(true), 6, DType::F32, &Device::Cpu).unwrap();
+    let l = 100;
+    let rows = PREFILL_CHUNK_TOKENS / l + 9; // chunks of 81 and 9 rows
+    let prompts: Vec<Vec<u32>> = (0..rows)
+        .map(|r| {
+            let n = l - (r * 13) % 40; // ragged: left padding differs by row
+            (0..n).map(|t| ((r * 7 + t * 3 + 1) % 97) as u32).collect()
+        })
+        .collect();
+    assert!(rows * l > PREFILL_CHUNK_TOKENS);
+    let steps = 3;
+    let (mut cache, logits) = model.prefill(&prompts, steps).unwrap();
+    assert_eq!(cache.len(), l);
+    // The halves, each within the budget; the second half padded to the same length as in the
+    // batch (a row of length l keeps every row's padding the batch's).
+    let split = rows / 2;
+    let mut second: Vec<Vec<u32>> = prompts[split..].to_vec();
+    second[0] = prompts[0].clone();
+    let (mut c1, l1) = model.prefill(&prompts[..split], steps).unwrap();
+    let (mut c2, l2) = model.prefill(&second, steps).unwrap();
+    let want = |r: usize, a: &Tensor, b: &Tensor| -> Vec<f32> {
+        if r < split {
+            a.get(r)
+        } else {
+            b.get(r - split)
+        }
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+    };
+    let mut got = logits;
+    let (mut w1, mut w2) = (l1, l2);
+    for step in 0..=steps {
+        for r in (0..rows).filter(|&r| r != split) {
+            assert_eq!(
+                got.get(r).unwrap().to_vec1::<f32>().unwrap(),
+                want(r, &w1, &w2),
+                "row {r}, step {step}"
+            );
+        }
+        if step == steps {
+            break;
+        }
+        let tokens: Vec<u32> = (0..rows).map(|r| ((r + step * 5) % 97) as u32).collect();
+        got = model.decode(&mut cache, &tokens).unwrap();
+        w1 = model.decode(&mut c1, &tokens[..split]).unwrap();
+        let mut t2 = tokens[split..].to_vec();
+        t2[0] = tokens[0];
+        w2 = model.decode(&mut c2, &t2).unwrap();
+    }
+}
+
 #[test]
 fn token_log_probs_equal_the_full_forward() {
     let model = Qwen3::random(tiny(true), 9, DType::F32, &Device::Cpu).unwrap();

@@ -535,6 +535,10 @@ pub struct TokenLogProbs {
     pub entropy: Tensor,
 }
 
+/// The most padded tokens (rows × prompt length) [`Qwen3::prefill`] puts through the model at
+/// once; a longer batch is prefilled in row chunks.
+pub const PREFILL_CHUNK_TOKENS: usize = 8192;
+
 /// A Qwen3, Llama or Qwen2 causal LM ([`Arch`]) whose parameters are candle [`Var`]s
 /// (trainable) under their Hugging Face names.
 #[derive(Debug)]
@@ -1048,6 +1052,12 @@ impl Qwen3 {
 
     /// Prefills left-padded prompts into a fresh cache with room for `max_new` more tokens;
     /// returns the cache and the logits `[B, V]` of each prompt's last position.
+    ///
+    /// Rows go through the model in chunks of at most [`PREFILL_CHUNK_TOKENS`] padded tokens
+    /// (at least one row), each written into its rows of the one cache: a batch's prefill
+    /// holds one chunk's activations and attention scores at a time, not the whole batch's
+    /// (35 SmolLM2 prompts of ~1 K tokens peaked at 15 GB in one piece). The rows do not
+    /// interact, so the result is the one-piece prefill's.
     pub fn prefill(&self, prompts: &[Vec<u32>], max_new: usize) -> Result<(KvCache, Tensor)> {
         let l = prompts.iter().map(Vec::len).max().unwrap_or(0);
         if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
@@ -1057,40 +1067,64 @@ impl Qwen3 {
             ));
         }
         self.check_len(l + max_new)?;
+        for p in prompts {
+            self.check_tokens(p)?;
+        }
+        let pad: Vec<usize> = prompts.iter().map(|p| l - p.len()).collect();
+        let cfg = &self.cfg;
+        let cache_for = |pad: Vec<usize>| {
+            KvCache::new(
+                cfg.num_hidden_layers,
+                pad.len(),
+                cfg.num_key_value_heads,
+                cfg.head_dim,
+                l + max_new,
+                pad,
+                self.dtype,
+                &self.device,
+            )
+        };
+        let rows_per_chunk = (PREFILL_CHUNK_TOKENS / l).max(1);
+        if prompts.len() <= rows_per_chunk {
+            let mut cache = cache_for(pad)?;
+            let last = self.prefill_rows(prompts, l, &mut cache)?;
+            return Ok((cache, last));
+        }
+        let mut cache = cache_for(pad.clone())?;
+        let mut lasts = Vec::with_capacity(prompts.len().div_ceil(rows_per_chunk));
+        for (c, chunk) in prompts.chunks(rows_per_chunk).enumerate() {
+            let first = c * rows_per_chunk;
+            let mut part = cache_for(pad[first..first + chunk.len()].to_vec())?;
+            lasts.push(self.prefill_rows(chunk, l, &mut part)?);
+            cache.set_rows(first, &part)?;
+        }
+        cache.advance(l);
+        Ok((cache, Tensor::cat(&lasts, 0)?))
+    }
+
+    /// [`prefill`](Self::prefill) of `prompts` (each at most `l` tokens, left-padded to `l`)
+    /// into `cache` (theirs alone); returns the last positions' logits.
+    fn prefill_rows(&self, prompts: &[Vec<u32>], l: usize, cache: &mut KvCache) -> Result<Tensor> {
         let b = prompts.len();
         let mut tokens = vec![0u32; b * l];
         let mut positions = vec![0u32; b * l];
-        let mut pad = Vec::with_capacity(b);
         for (r, p) in prompts.iter().enumerate() {
-            self.check_tokens(p)?;
             let off = l - p.len();
-            pad.push(off);
             tokens[r * l + off..(r + 1) * l].copy_from_slice(p);
             for (i, pos) in positions[r * l + off..(r + 1) * l].iter_mut().enumerate() {
                 *pos = i as u32;
             }
         }
-        let cfg = &self.cfg;
-        let mut cache = KvCache::new(
-            cfg.num_hidden_layers,
-            b,
-            cfg.num_key_value_heads,
-            cfg.head_dim,
-            l + max_new,
-            pad.clone(),
-            self.dtype,
-            &self.device,
-        )?;
         let tokens = Tensor::from_vec(tokens, (b, l), &self.device)?;
         let positions = Tensor::from_vec(positions, (b, l), &self.device)?;
         let vis = Visibility {
-            pad: pad.into(),
+            pad: cache.pad().to_vec().into(),
             past: 0,
             new: l,
         };
-        let hidden = self.forward_hidden(&tokens, &positions, &vis, Some(&mut cache))?;
+        let hidden = self.forward_hidden(&tokens, &positions, &vis, Some(cache))?;
         let last = hidden.narrow(1, l - 1, 1)?.squeeze(1)?;
-        Ok((cache, self.lm_head(&last)?))
+        self.lm_head(&last)
     }
 
     /// One decode step: appends one token per row and returns the next logits `[B, V]`.
