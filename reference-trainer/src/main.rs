@@ -295,7 +295,8 @@ enum Command {
         /// A TOML config (rollout and control settings; default: the shipped one).
         #[arg(long)]
         config: Option<PathBuf>,
-        /// The checkpoint folder (e.g. runs/…/checkpoints/iter-000008 or runs/…/cold-start).
+        /// The checkpoint folder (e.g. runs/…/checkpoints/iter-000008 or runs/…/cold-start), a
+        /// Hugging Face folder (Qwen3, Llama, Qwen2) or a GGUF file.
         #[arg(long)]
         checkpoint: PathBuf,
         /// `test` (held-out, the default) or `train`.
@@ -555,17 +556,19 @@ fn run() -> Result<()> {
             device,
             json,
         } => {
-            if !ckpt.join(checkpoint::CONFIG).is_file() {
+            let is_gguf = reference_trainer::gguf::is_gguf(&ckpt);
+            if !is_gguf && !ckpt.join(checkpoint::CONFIG).is_file() {
                 anyhow::bail!(
-                    "--checkpoint {}: not a checkpoint folder (no {} in it); a training run \
-                     keeps its checkpoints in RUN/checkpoints/iter-NNNNNN and RUN/cold-start",
+                    "--checkpoint {}: neither a checkpoint folder (no {} in it) nor a GGUF file; \
+                     a training run keeps its checkpoints in RUN/checkpoints/iter-NNNNNN and \
+                     RUN/cold-start",
                     ckpt.display(),
                     checkpoint::CONFIG
                 );
             }
             // A training checkpoint (it has trainer_state.json) has its files checked against
             // the checksums it recorded before anything is loaded.
-            let trainer_state = if ckpt.join("trainer_state.json").is_file() {
+            let trainer_state = if !is_gguf && ckpt.join("trainer_state.json").is_file() {
                 let (state, verified) = reference_trainer::train::state::verify(&ckpt)?;
                 if !verified {
                     eprintln!(
@@ -606,8 +609,12 @@ fn run() -> Result<()> {
             }
             cfg.validate(std::path::Path::new("<command line>"))?;
             let device = device_of(device)?;
-            let model = checkpoint::load(&ckpt, DType::F32, &device)?;
-            let tok = Tokenizer::load(ckpt.join("tokenizer.json"))?;
+            let (model, tok) = if is_gguf {
+                reference_trainer::gguf::load(&ckpt, DType::F32, &device)?
+            } else {
+                let model = checkpoint::load(&ckpt, DType::F32, &device)?;
+                (model, Tokenizer::load(ckpt.join("tokenizer.json"))?)
+            };
             let (model, tok) = control_tags_added(model, tok)?;
             let pool = reference_trainer::train::run::pool_for(&cfg)?;
             let mut rep = CliReporter::new(false);

@@ -709,4 +709,45 @@ fn train_starts_from_a_gguf_file() {
     let saved_tok = Tokenizer::load(&ck).unwrap();
     saved_tok.control_tokens().unwrap();
     assert_eq!(saved.config().vocab_size, saved_tok.id_bound());
+
+    // `eval` takes the GGUF file itself, and scores it exactly as the Hugging Face folder
+    // `convert` writes from it (same weights, same tokenizer, greedy).
+    let eval = |checkpoint: &Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_reference-trainer"))
+            .env("T2PO_CACHE", cache.path())
+            .env("RAYON_NUM_THREADS", "1")
+            .args(["eval", "--json", "--tasks", "2", "--checkpoint"])
+            .arg(checkpoint)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "eval --checkpoint {}: {}",
+            checkpoint.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut summary = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap();
+        // Everything but the clock.
+        let fields = summary.as_object_mut().unwrap();
+        fields.remove("seconds").unwrap();
+        fields.remove("tokens_per_second").unwrap();
+        summary
+    };
+    let converted = work.path().join("converted");
+    let conv = std::process::Command::new(env!("CARGO_BIN_EXE_reference-trainer"))
+        .arg("convert")
+        .arg(&path)
+        .arg(&converted)
+        .output()
+        .unwrap();
+    assert!(
+        conv.status.success(),
+        "{}",
+        String::from_utf8_lossy(&conv.stderr)
+    );
+    let from_gguf = eval(&path);
+    assert_eq!(from_gguf["episodes"], 2, "{from_gguf}");
+    assert_eq!(from_gguf, eval(&converted));
 }
