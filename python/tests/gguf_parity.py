@@ -14,12 +14,12 @@ Compares, for one GGUF file (default: the SmolLM2 fixture of `scripts/fetch_smol
   transformers' forward in float64 (SmolLM2's first position carries activations large enough
   that f32 summation order alone moves its logits by ~1e-4).
 
-Our side runs through `reference-trainer/examples/gguf_parity.rs`. Run from the repository root
+Our side runs through `reference-trainer/examples/parity.rs`. Run from the repository root
 with a venv holding torch and transformers (the versions of `python/ci/requirements-hf.txt`) and
 the `gguf` package:
 
     bash scripts/fetch_smollm2.sh
-    cargo build -p reference-trainer --bin reference-trainer --example gguf_parity
+    cargo build -p reference-trainer --bin reference-trainer --example parity
     VENV/bin/python python/tests/gguf_parity.py [--gguf FILE] [--example EXAMPLE] [--cli BINARY]
 
 Prints the numbers and exits non-zero on any difference past the tolerance.
@@ -114,7 +114,7 @@ def main() -> int:
     default_gguf = Path(os.environ.get("HOME", "~")) / ".cache/t2po-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     p = argparse.ArgumentParser()
     p.add_argument("--gguf", type=Path, default=default_gguf)
-    p.add_argument("--example", type=Path, default=root / "target/debug/examples/gguf_parity")
+    p.add_argument("--example", type=Path, default=root / "target/debug/examples/parity")
     p.add_argument("--cli", type=Path, default=root / "target/debug/reference-trainer")
     p.add_argument("--tolerance", type=float, default=1e-4)
     args = p.parse_args()

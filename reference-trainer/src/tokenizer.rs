@@ -12,8 +12,9 @@
 //! One deliberate difference from Qwen3's file: no NFC normalizer. The environments compare
 //! decoded responses with what the policy emitted, so `decode(encode(s)) == s` must hold for any
 //! string, which a normalizer would break (it rewrites decomposed accents). Loading a real Qwen3
-//! `tokenizer.json` keeps its NFC normalizer, as it should. See [`TOKENIZER_CLASS`] for what
-//! this means on the Python side.
+//! `tokenizer.json` keeps its NFC normalizer, as it should. The saved folder names
+//! [`TOKENIZER_CLASS`] so that transformers runs this file as it is, not Qwen2's pipeline with
+//! its normalizer.
 //!
 //! The control-token ids the T²PO decode loop needs (the `</think>` → `<action>` forced queue,
 //! the end-of-sequence set, padding) are derived from whichever tokenizer is in use by
@@ -98,16 +99,16 @@ pub const CHAT_TEMPLATE: &str = "{%- for message in messages %}\
 {{- '<|im_start|>assistant\\n' }}\
 {%- endif %}";
 
-/// `tokenizer_class` written to `tokenizer_config.json`: Qwen3's own.
+/// `tokenizer_class` written to `tokenizer_config.json`: the class that runs the saved
+/// `tokenizer.json` verbatim.
 ///
-/// transformers 4.x maps it to `Qwen2TokenizerFast`, which runs the saved `tokenizer.json`
-/// verbatim, so Python and Rust encode identically. transformers 5.x instead rebuilds a
-/// `Qwen2Tokenizer` from the vocabulary and merges with its hard-wired Qwen2 pipeline, which
-/// includes an NFC normalizer: identical ids on NFC-normalized text (all the environments
-/// produce), different ids on text with decomposed characters. `"PreTrainedTokenizerFast"`
-/// would load the file verbatim in both (checked with transformers 4.57 and 5.24) at the cost
-/// of no longer naming Qwen's class.
-pub const TOKENIZER_CLASS: &str = "Qwen2Tokenizer";
+/// Not Qwen3's own `Qwen2Tokenizer`: transformers 5 rebuilds that class from the vocabulary and
+/// merges with its hard-wired Qwen2 pipeline, which includes an NFC normalizer this tokenizer
+/// deliberately lacks, so `AutoTokenizer` gave other ids than ours on text with decomposed
+/// characters (30 of the 624 strings of `tests/interop.py`, transformers 5.24). With
+/// `PreTrainedTokenizerFast`, `AutoTokenizer` and `tokenizers.Tokenizer.from_file` both give our
+/// ids on every string (transformers 4.57 and 5.24).
+pub const TOKENIZER_CLASS: &str = "PreTrainedTokenizerFast";
 
 /// `model_max_length` written to `tokenizer_config.json` unless set otherwise.
 ///
@@ -713,8 +714,9 @@ impl Tokenizer {
 
     /// The `tokenizer_config.json` text [`Tokenizer::save`] writes. A tokenizer that came with
     /// one (loaded, or built from a GGUF file) writes it back as it was, with this tokenizer's
-    /// `model_max_length`. The trained default writes Qwen3's keys and values
-    /// ([`TOKENIZER_CLASS`], eos `<|im_end|>`, pad `<|endoftext|>`, no bos/unk), this module's
+    /// `model_max_length` (and [`TOKENIZER_CLASS`] for a `Qwen2Tokenizer` without a
+    /// normalizer: see there). The trained default writes Qwen3's keys and values
+    /// (but [`TOKENIZER_CLASS`]; eos `<|im_end|>`, pad `<|endoftext|>`, no bos/unk), this module's
     /// [`CHAT_TEMPLATE`], and an `added_tokens_decoder` entry per added token of this tokenizer
     /// with its own flags.
     pub fn config_json(&self) -> Result<String, TokenizerError> {
@@ -724,6 +726,15 @@ impl Tokenizer {
                 "model_max_length".into(),
                 serde_json::json!(self.model_max_length),
             );
+            // A folder written before TOKENIZER_CLASS changed (this trainer's, or its cached
+            // default tokenizer's) names Qwen2Tokenizer without an NFC normalizer in its
+            // tokenizer.json: transformers 5 would tokenize it with one. Written back with the
+            // class that runs the file as it is.
+            if config.get("tokenizer_class") == Some(&serde_json::json!("Qwen2Tokenizer"))
+                && self.inner.get_normalizer().is_none()
+            {
+                config.insert("tokenizer_class".into(), serde_json::json!(TOKENIZER_CLASS));
+            }
             return serde_json::to_string_pretty(&config).map_err(|e| TokenizerError::Serialize {
                 what: "tokenizer_config.json",
                 message: e.to_string(),
@@ -1441,6 +1452,35 @@ mod tests {
         let additional = config["additional_special_tokens"].as_array().unwrap();
         assert_eq!(additional.len(), SPECIAL_TOKENS.len() - 1);
         assert!(!additional.contains(&json!(ENDOFTEXT)));
+    }
+
+    /// A folder saved before the class changed names `Qwen2Tokenizer` over a file without a
+    /// normalizer (transformers 5 would add NFC): saved again, it names [`TOKENIZER_CLASS`].
+    /// A Qwen-shaped file with its NFC normalizer keeps `Qwen2Tokenizer`.
+    #[test]
+    fn an_old_qwen2tokenizer_class_without_a_normalizer_is_written_back_fixed() {
+        let dir = tempfile::tempdir().unwrap();
+        built().save(dir.path()).unwrap();
+        let path = dir.path().join("tokenizer_config.json");
+        let mut config: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        config["tokenizer_class"] = json!("Qwen2Tokenizer");
+        write_json(dir.path(), "tokenizer_config.json", &config);
+        let again: Value =
+            serde_json::from_str(&Tokenizer::load(dir.path()).unwrap().config_json().unwrap())
+                .unwrap();
+        assert_eq!(again["tokenizer_class"], TOKENIZER_CLASS);
+
+        let qwen = tempfile::tempdir().unwrap();
+        write_json(
+            qwen.path(),
+            "tokenizer.json",
+            &qwen3_shaped_json(true, QWEN3_MODEL_VOCAB, true),
+        );
+        write_json(qwen.path(), "tokenizer_config.json", &config);
+        let kept: Value =
+            serde_json::from_str(&Tokenizer::load(qwen.path()).unwrap().config_json().unwrap())
+                .unwrap();
+        assert_eq!(kept["tokenizer_class"], "Qwen2Tokenizer");
     }
 
     #[test]
