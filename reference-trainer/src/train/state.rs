@@ -56,6 +56,11 @@ pub struct TrainerState {
     /// [`save`]; empty in format 1).
     #[serde(default)]
     pub files: BTreeMap<String, FileSum>,
+    /// SHA-256 of this file's own content, written without this field (filled in by
+    /// [`save`]): an edit or a bit flip that still parses is an error naming the file, not a
+    /// resume from another iteration or config. Absent in checkpoints written before it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_sha256: Option<String>,
 }
 
 impl TrainerState {
@@ -68,6 +73,7 @@ impl TrainerState {
             config,
             cold_start: None,
             files: BTreeMap::new(),
+            state_sha256: None,
         }
     }
 }
@@ -201,6 +207,7 @@ pub fn save_reporting(
         st.format = FORMAT;
         st.optimizer_step = step;
         st.files = file_sums(&tmp)?;
+        st.state_sha256 = Some(state_digest(&st, &tmp.join(STATE))?);
         let text = serde_json::to_string_pretty(&st).map_err(|e| Error::Json {
             path: tmp.join(STATE),
             message: e.to_string(),
@@ -255,6 +262,21 @@ fn file_sums(dir: &Path) -> Result<BTreeMap<String, FileSum>> {
     Ok(sums)
 }
 
+/// SHA-256 (lower-case hex) of `state` as [`save`] writes it, less its own checksum field.
+fn state_digest(state: &TrainerState, path: &Path) -> Result<String> {
+    let mut bare = state.clone();
+    bare.state_sha256 = None;
+    let text = serde_json::to_string_pretty(&bare).map_err(|e| Error::Json {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    Ok(hex(&Sha256::digest(text.as_bytes())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn file_sum(path: &Path) -> std::io::Result<FileSum> {
     let mut f = fs::File::open(path)?;
     let mut hasher = Sha256::new();
@@ -268,11 +290,7 @@ fn file_sum(path: &Path) -> std::io::Result<FileSum> {
         hasher.update(&buf[..n]);
         bytes += n as u64;
     }
-    let sha256 = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let sha256 = hex(&hasher.finalize());
     Ok(FileSum { bytes, sha256 })
 }
 
@@ -326,6 +344,18 @@ pub fn read_state(dir: &Path) -> Result<TrainerState> {
                 state.format
             ),
         });
+    }
+    if let (FORMAT, Some(want)) = (state.format, &state.state_sha256) {
+        let found = state_digest(&state, &state_path)?;
+        if found != *want {
+            return Err(Error::CheckpointFile {
+                path: state_path,
+                problem: FileProblem::Checksum {
+                    expected: want.clone(),
+                    found,
+                },
+            });
+        }
     }
     Ok(state)
 }
@@ -639,6 +669,24 @@ mod tests {
             "{problem:?}"
         );
         copy_back();
+
+        // The state itself edited so that it still parses (another iteration to resume from).
+        let state_path = ck.join(STATE);
+        let text = fs::read_to_string(&state_path).unwrap();
+        let edited = text.replacen(
+            &format!("\"iteration\": {}", state.iteration),
+            &format!("\"iteration\": {}", state.iteration + 1),
+            1,
+        );
+        assert_ne!(edited, text);
+        fs::write(&state_path, &edited).unwrap();
+        let (path, problem) = damaged(&ck);
+        assert_eq!(path, state_path);
+        assert!(
+            matches!(problem, FileProblem::Checksum { .. }),
+            "{problem:?}"
+        );
+        fs::write(&state_path, &text).unwrap();
 
         // A file deleted.
         let tok = ck.join("tokenizer.json");
