@@ -46,7 +46,12 @@ fn check<T: Logit>(row: &[T], j: u32) {
         }
         other => other.expect("a valid row"),
     };
-    assert!(close(s.entropy, r.entropy), "entropy {} vs {}", s.entropy, r.entropy);
+    assert!(
+        close(s.entropy, r.entropy),
+        "entropy {} vs {}",
+        s.entropy,
+        r.entropy
+    );
     assert!(
         close(s.confidence, r.confidence),
         "confidence {} vs {}",
