@@ -329,6 +329,10 @@ enum Command {
         /// Seeds (the config's seed, +1, +2, …).
         #[arg(long, default_value_t = 3)]
         seeds: usize,
+        /// The arms, comma-separated (default: T2PO, GiGPO, GRPO, T2PO-TTI, T2PO-TDS; also
+        /// GiGPO-budget, GiGPO-void-filter, T2PO-entropy-only, T2PO-confidence-only).
+        #[arg(long, value_delimiter = ',')]
+        arms: Vec<String>,
     },
     /// Sample episodes from the embedded default model (or a checkpoint) and print each turn:
     /// think length, M_t summary, whether and why TTI fired, TDS tries, the action, the reward.
@@ -654,7 +658,16 @@ fn run() -> Result<()> {
             run,
             iterations,
             seeds,
+            arms,
         } => {
+            use reference_trainer::train::ablate::Variant;
+            let variants = if arms.is_empty() {
+                Variant::DEFAULT.to_vec()
+            } else {
+                arms.iter()
+                    .map(|a| Variant::from_name(a))
+                    .collect::<Result<Vec<_>, _>>()?
+            };
             let cfg = config_of(&run, iterations)?;
             let out = run.out.clone().unwrap_or_else(|| {
                 PathBuf::from("runs").join(format!("ablate-{}", cfg.env.as_str()))
@@ -663,6 +676,7 @@ fn run() -> Result<()> {
             let mut rep = CliReporter::new(run.quiet);
             let (_, table) = reference_trainer::train::ablate::ablate(
                 &cfg,
+                &variants,
                 &seeds,
                 &out,
                 &device_of(run.device)?,

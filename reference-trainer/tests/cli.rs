@@ -83,3 +83,26 @@ fn generate_runs_and_bad_input_is_named() {
     );
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `ablate --arms` names an arm it does not know, and lists the ones it does, before any work.
+#[test]
+fn ablate_refuses_an_unknown_arm_by_name() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let run = cli(cache.path())
+        .args(["ablate", "--seeds", "1", "--arms", "T2PO,DAPO", "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert!(
+        err.contains("\"DAPO\" is not an arm") && err.contains("T2PO-entropy-only"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(out.path()).unwrap().count(),
+        0,
+        "work began"
+    );
+}

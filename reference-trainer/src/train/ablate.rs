@@ -1,7 +1,9 @@
 //! The paper's comparison at small scale: the same RL budget from the same cold-start policy
 //! (one per seed) for T²PO, GiGPO (no TTI, no TDS), GRPO (no TTI, no TDS, episode advantage
-//! only), T²PO −TTI and T²PO −TDS; a markdown table of held-out results (mean ± std over
-//! seeds) and a chart of held-out success per variant.
+//! only), T²PO −TTI and T²PO −TDS (the default arms), and on request the baselines and
+//! ablations that are switches of the same trainer: a hard thinking budget, SimpleTIR's
+//! void-turn filter, and `M_t` from entropy alone or confidence alone; a markdown table of
+//! held-out results (mean ± std over seeds) and a chart of held-out success per variant.
 
 use std::path::{Path, PathBuf};
 
@@ -27,17 +29,52 @@ pub enum Variant {
     NoTti,
     /// T²PO without TDS.
     NoTds,
+    /// GiGPO whose thinking only the budget L_max cuts (the hard-budget baseline).
+    HardBudget,
+    /// GiGPO dropping trajectories with a void turn from the loss (SimpleTIR).
+    FilterVoid,
+    /// T²PO with `M_t` from the entropy alone (α = 1).
+    EntropyOnly,
+    /// T²PO with `M_t` from the top-j confidence alone (α = 0).
+    ConfidenceOnly,
 }
 
 impl Variant {
-    /// All arms, in table order.
-    pub const ALL: [Variant; 5] = [
+    /// The arms `ablate` runs unless told otherwise, in table order.
+    pub const DEFAULT: [Variant; 5] = [
         Variant::T2po,
         Variant::Gigpo,
         Variant::Grpo,
         Variant::NoTti,
         Variant::NoTds,
     ];
+
+    /// Every arm, in table order.
+    pub const ALL: [Variant; 9] = [
+        Variant::T2po,
+        Variant::Gigpo,
+        Variant::Grpo,
+        Variant::NoTti,
+        Variant::NoTds,
+        Variant::HardBudget,
+        Variant::FilterVoid,
+        Variant::EntropyOnly,
+        Variant::ConfidenceOnly,
+    ];
+
+    /// The arm of this [`name`](Self::name) (case-insensitive).
+    pub fn from_name(name: &str) -> Result<Variant> {
+        Variant::ALL
+            .into_iter()
+            .find(|v| v.name().eq_ignore_ascii_case(name.trim()))
+            .ok_or_else(|| {
+                let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
+                Error::invalid(
+                    "--arms",
+                    format!("{name:?} is not an arm: one of {}", names.join(", ")),
+                )
+            })
+    }
 
     /// Its name in tables and folders.
     pub fn name(self) -> &'static str {
@@ -47,6 +84,10 @@ impl Variant {
             Variant::Grpo => "GRPO",
             Variant::NoTti => "T2PO-TTI",
             Variant::NoTds => "T2PO-TDS",
+            Variant::HardBudget => "GiGPO-budget",
+            Variant::FilterVoid => "GiGPO-void-filter",
+            Variant::EntropyOnly => "T2PO-entropy-only",
+            Variant::ConfidenceOnly => "T2PO-confidence-only",
         }
     }
 
@@ -54,8 +95,12 @@ impl Variant {
     pub fn apply(self, base: &TrainConfig) -> TrainConfig {
         let mut c = base.clone();
         let (tti, tds, est) = match self {
-            Variant::T2po => (true, true, Estimator::Gigpo),
-            Variant::Gigpo => (false, false, Estimator::Gigpo),
+            Variant::T2po | Variant::EntropyOnly | Variant::ConfidenceOnly => {
+                (true, true, Estimator::Gigpo)
+            }
+            Variant::Gigpo | Variant::HardBudget | Variant::FilterVoid => {
+                (false, false, Estimator::Gigpo)
+            }
             Variant::Grpo => (false, false, Estimator::Grpo),
             Variant::NoTti => (false, true, Estimator::Gigpo),
             Variant::NoTds => (true, false, Estimator::Gigpo),
@@ -63,6 +108,13 @@ impl Variant {
         c.control.tti = tti;
         c.control.tds = tds;
         c.algo.estimator = est;
+        match self {
+            Variant::HardBudget => c.control.hard_budget = true,
+            Variant::FilterVoid => c.control.filter_void = true,
+            Variant::EntropyOnly => c.control.alpha = Some(1.0),
+            Variant::ConfidenceOnly => c.control.alpha = Some(0.0),
+            _ => {}
+        }
         c
     }
 }
@@ -91,10 +143,11 @@ fn mean_std(v: &[f64]) -> (f64, f64) {
     (m, s)
 }
 
-/// Runs every arm for every seed under `out`; returns the arms and the markdown table (also
-/// written to `out/ablation.md`, with `out/ablation_success.png`).
+/// Runs each of `variants` for every seed under `out`; returns the arms and the markdown
+/// table (also written to `out/ablation.md`, with `out/ablation_success.png`).
 pub fn ablate(
     base: &TrainConfig,
+    variants: &[Variant],
     seeds: &[u64],
     out: &Path,
     device: &Device,
@@ -103,7 +156,10 @@ pub fn ablate(
     if seeds.is_empty() {
         return Err(Error::invalid("--seeds", "at least one seed"));
     }
-    let mut arms: Vec<ArmResult> = Variant::ALL
+    if variants.is_empty() {
+        return Err(Error::invalid("--arms", "at least one arm"));
+    }
+    let mut arms: Vec<ArmResult> = variants
         .iter()
         .map(|&v| ArmResult {
             variant: v,
@@ -258,12 +314,56 @@ mod tests {
         assert_eq!(get(Variant::Grpo), (false, false, Estimator::Grpo));
         assert_eq!(get(Variant::NoTti), (false, true, Estimator::Gigpo));
         assert_eq!(get(Variant::NoTds), (true, false, Estimator::Gigpo));
+        assert_eq!(get(Variant::HardBudget), (false, false, Estimator::Gigpo));
+        assert_eq!(get(Variant::FilterVoid), (false, false, Estimator::Gigpo));
+        assert_eq!(get(Variant::EntropyOnly), (true, true, Estimator::Gigpo));
+        assert_eq!(get(Variant::ConfidenceOnly), (true, true, Estimator::Gigpo));
+        assert!(Variant::HardBudget.apply(&base).control.hard_budget);
+        assert!(Variant::FilterVoid.apply(&base).control.filter_void);
+        assert_eq!(Variant::EntropyOnly.apply(&base).control.alpha, Some(1.0));
+        assert_eq!(
+            Variant::ConfidenceOnly.apply(&base).control.alpha,
+            Some(0.0)
+        );
         // Nothing else changes.
-        let mut c = Variant::Grpo.apply(&base);
-        c.control.tti = base.control.tti;
-        c.control.tds = base.control.tds;
-        c.algo.estimator = base.algo.estimator;
-        assert_eq!(c, base);
+        for v in Variant::ALL {
+            let mut c = v.apply(&base);
+            c.control.tti = base.control.tti;
+            c.control.tds = base.control.tds;
+            c.algo.estimator = base.algo.estimator;
+            c.control.hard_budget = base.control.hard_budget;
+            c.control.filter_void = base.control.filter_void;
+            c.control.alpha = base.control.alpha;
+            assert_eq!(c, base, "{}", v.name());
+        }
+        // Names round-trip; a wrong one lists the right ones.
+        for v in Variant::ALL {
+            assert_eq!(Variant::from_name(&v.name().to_lowercase()).unwrap(), v);
+        }
+        let e = Variant::from_name("DAPO").unwrap_err().to_string();
+        assert!(e.contains("GiGPO-budget") && e.contains("DAPO"), "{e}");
+    }
+
+    /// The arms' α reaches the kernel: M_t from entropy alone or confidence alone.
+    #[test]
+    fn alpha_reaches_the_kernel_config() {
+        let base = TrainConfig::default_for(EnvKind::Search).unwrap();
+        let tok = crate::defaults::tokenizer(base.seed).unwrap();
+        let tokens = tok.control_tokens().unwrap();
+        let alpha = |v: Variant| {
+            v.apply(&base)
+                .rollout_config(&tokens, 1.0, 0)
+                .unwrap()
+                .control
+                .alpha
+        };
+        assert_eq!(alpha(Variant::EntropyOnly), 1.0);
+        assert_eq!(alpha(Variant::ConfidenceOnly), 0.0);
+        assert_eq!(alpha(Variant::T2po), 0.4);
+        let mut bad = base.clone();
+        bad.control.alpha = Some(1.5);
+        let e = bad.validate(Path::new("x.toml")).unwrap_err().to_string();
+        assert!(e.contains("control.alpha"), "{e}");
     }
 
     #[test]

@@ -124,6 +124,10 @@ pub struct ControlSection {
     pub eta: f32,
     /// B_max: resamples per turn.
     pub max_resamples: u32,
+    /// α of `M_t = α·H̃ + (1 − α)·(1 − C̃)` (spec §2); unset: the profile's (0.4 in both).
+    /// 1: entropy only, 0: confidence only (the paper's ablation of the fusion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alpha: Option<f32>,
 }
 
 /// Returns, advantages and the loss.
@@ -371,6 +375,9 @@ impl TrainConfig {
         )?;
         c.real("control.eta", k.eta as f64, Closed(0.0), Closed(10.0))?;
         c.int("control.max_resamples", k.max_resamples as usize, 0, 64)?;
+        if let Some(alpha) = k.alpha {
+            c.real("control.alpha", alpha as f64, Closed(0.0), Closed(1.0))?;
+        }
         if k.min_len > k.max_think {
             return c.fail(
                 "control.min_len",
@@ -540,6 +547,9 @@ impl TrainConfig {
         }
         control.eta = k.eta;
         control.max_resamples = k.max_resamples;
+        if let Some(alpha) = k.alpha {
+            control.alpha = alpha;
+        }
         control.validate().map_err(t2po_control::Error::from)?;
         let r = &self.rollout;
         Ok(RolloutConfig {
