@@ -330,7 +330,7 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         seeds: usize,
         /// The arms, comma-separated (default: T2PO, GiGPO, GRPO, T2PO-TTI, T2PO-TDS; also
-        /// GiGPO-budget, GiGPO-void-filter, T2PO-entropy-only, T2PO-confidence-only).
+        /// GiGPO-budget, GiGPO-void-filter, T2PO-entropy-only, T2PO-confidence-only, DAPO).
         #[arg(long, value_delimiter = ',')]
         arms: Vec<String>,
     },

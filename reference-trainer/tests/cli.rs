@@ -90,14 +90,14 @@ fn ablate_refuses_an_unknown_arm_by_name() {
     let cache = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
     let run = cli(cache.path())
-        .args(["ablate", "--seeds", "1", "--arms", "T2PO,DAPO", "--out"])
+        .args(["ablate", "--seeds", "1", "--arms", "T2PO,PPO-max", "--out"])
         .arg(out.path())
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(!run.status.success());
     assert!(
-        err.contains("\"DAPO\" is not an arm") && err.contains("T2PO-entropy-only"),
+        err.contains("\"PPO-max\" is not an arm") && err.contains("T2PO-entropy-only"),
         "{err}"
     );
     assert_eq!(

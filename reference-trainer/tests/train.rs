@@ -315,3 +315,73 @@ fn rl_tasks_undemonstrated_leaves_out_exactly_the_demonstrated_tasks() {
         "{e}"
     );
 }
+
+/// DAPO's dynamic sampling end to end: the iteration draws 1..=max_gen_batches batches, keeps
+/// at most tasks_per_iteration informative groups, reports it in metrics.jsonl, and trains on
+/// the kept groups' turns only (none kept: an empty update).
+#[test]
+fn dynamic_sampling_draws_batches_and_trains_on_the_informative_groups() {
+    let cache = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let mut c = tiny(EnvKind::Webshop, 2);
+    c.algo.dynamic_sampling = true;
+    c.algo.max_gen_batches = 3;
+    c.train.eval_every = 2;
+    let cfg_path = write_config(work.path(), &c);
+    let out = work.path().join("run");
+    ok(cli(cache.path())
+        .args(["train", "--quiet", "--config"])
+        .arg(&cfg_path)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap());
+    let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+    let rl: Vec<_> = lines.iter().filter(|l| l.stage == "rl").collect();
+    assert_eq!(rl.len(), 2);
+    let per_batch = c.rollout.tasks_per_iteration * c.rollout.group_size;
+    for l in rl {
+        let d = l
+            .dynamic
+            .as_ref()
+            .expect("a dynamic report on every RL line");
+        assert!((1..=3).contains(&d.batches), "{d:?}");
+        assert_eq!(
+            d.groups_generated,
+            d.batches * c.rollout.tasks_per_iteration
+        );
+        assert!(d.groups_kept <= d.groups_informative.min(c.rollout.tasks_per_iteration));
+        // More batches only while the groups were not full.
+        if d.batches > 1 {
+            assert!(d.groups_informative - d.groups_kept <= c.rollout.tasks_per_iteration);
+        }
+        if d.groups_kept == c.rollout.tasks_per_iteration {
+            assert!(d.groups_informative >= d.groups_kept);
+        } else {
+            assert_eq!(
+                d.batches, 3,
+                "stopped early with the groups not full: {d:?}"
+            );
+        }
+        let rollout = l.rollout.as_ref().unwrap();
+        assert_eq!(rollout.episodes, d.batches * per_batch);
+        let update = l.update.as_ref().unwrap();
+        if d.groups_kept == 0 {
+            assert_eq!(update.rows, 0);
+        } else {
+            assert!(update.rows > 0);
+        }
+    }
+    // Off (the shipped default), the line carries no report.
+    let plain = work.path().join("plain");
+    let cfg_path = write_config(work.path(), &tiny(EnvKind::Webshop, 1));
+    ok(cli(cache.path())
+        .args(["train", "--quiet", "--config"])
+        .arg(&cfg_path)
+        .arg("--out")
+        .arg(&plain)
+        .output()
+        .unwrap());
+    let lines = MetricsLog::new(plain.join("metrics.jsonl")).read().unwrap();
+    assert!(lines.iter().all(|l| l.dynamic.is_none()));
+}

@@ -2,7 +2,8 @@
 //! (one per seed) for T²PO, GiGPO (no TTI, no TDS), GRPO (no TTI, no TDS, episode advantage
 //! only), T²PO −TTI and T²PO −TDS (the default arms), and on request the baselines and
 //! ablations that are switches of the same trainer: a hard thinking budget, SimpleTIR's
-//! void-turn filter, and `M_t` from entropy alone or confidence alone; a markdown table of
+//! void-turn filter, `M_t` from entropy alone or confidence alone, and DAPO (dynamic
+//! sampling and clip-higher on GRPO); a markdown table of
 //! held-out results (mean ± std over seeds) and a chart of held-out success per variant.
 
 use std::path::{Path, PathBuf};
@@ -37,6 +38,9 @@ pub enum Variant {
     EntropyOnly,
     /// T²PO with `M_t` from the top-j confidence alone (α = 0).
     ConfidenceOnly,
+    /// DAPO's recipe on GRPO (no TTI, no TDS): dynamic sampling and clip-higher
+    /// (ε_high = 0.28); its token-mean loss is the trainer's loss already.
+    Dapo,
 }
 
 impl Variant {
@@ -50,7 +54,7 @@ impl Variant {
     ];
 
     /// Every arm, in table order.
-    pub const ALL: [Variant; 9] = [
+    pub const ALL: [Variant; 10] = [
         Variant::T2po,
         Variant::Gigpo,
         Variant::Grpo,
@@ -60,6 +64,7 @@ impl Variant {
         Variant::FilterVoid,
         Variant::EntropyOnly,
         Variant::ConfidenceOnly,
+        Variant::Dapo,
     ];
 
     /// The arm of this [`name`](Self::name) (case-insensitive).
@@ -88,6 +93,7 @@ impl Variant {
             Variant::FilterVoid => "GiGPO-void-filter",
             Variant::EntropyOnly => "T2PO-entropy-only",
             Variant::ConfidenceOnly => "T2PO-confidence-only",
+            Variant::Dapo => "DAPO",
         }
     }
 
@@ -101,7 +107,7 @@ impl Variant {
             Variant::Gigpo | Variant::HardBudget | Variant::FilterVoid => {
                 (false, false, Estimator::Gigpo)
             }
-            Variant::Grpo => (false, false, Estimator::Grpo),
+            Variant::Grpo | Variant::Dapo => (false, false, Estimator::Grpo),
             Variant::NoTti => (false, true, Estimator::Gigpo),
             Variant::NoTds => (true, false, Estimator::Gigpo),
         };
@@ -113,6 +119,10 @@ impl Variant {
             Variant::FilterVoid => c.control.filter_void = true,
             Variant::EntropyOnly => c.control.alpha = Some(1.0),
             Variant::ConfidenceOnly => c.control.alpha = Some(0.0),
+            Variant::Dapo => {
+                c.algo.dynamic_sampling = true;
+                c.algo.clip_high = 0.28;
+            }
             _ => {}
         }
         c
@@ -318,6 +328,9 @@ mod tests {
         assert_eq!(get(Variant::FilterVoid), (false, false, Estimator::Gigpo));
         assert_eq!(get(Variant::EntropyOnly), (true, true, Estimator::Gigpo));
         assert_eq!(get(Variant::ConfidenceOnly), (true, true, Estimator::Gigpo));
+        assert_eq!(get(Variant::Dapo), (false, false, Estimator::Grpo));
+        let dapo = Variant::Dapo.apply(&base);
+        assert!(dapo.algo.dynamic_sampling && dapo.algo.clip_high == 0.28);
         assert!(Variant::HardBudget.apply(&base).control.hard_budget);
         assert!(Variant::FilterVoid.apply(&base).control.filter_void);
         assert_eq!(Variant::EntropyOnly.apply(&base).control.alpha, Some(1.0));
@@ -334,14 +347,16 @@ mod tests {
             c.control.hard_budget = base.control.hard_budget;
             c.control.filter_void = base.control.filter_void;
             c.control.alpha = base.control.alpha;
+            c.algo.dynamic_sampling = base.algo.dynamic_sampling;
+            c.algo.clip_high = base.algo.clip_high;
             assert_eq!(c, base, "{}", v.name());
         }
         // Names round-trip; a wrong one lists the right ones.
         for v in Variant::ALL {
             assert_eq!(Variant::from_name(&v.name().to_lowercase()).unwrap(), v);
         }
-        let e = Variant::from_name("DAPO").unwrap_err().to_string();
-        assert!(e.contains("GiGPO-budget") && e.contains("DAPO"), "{e}");
+        let e = Variant::from_name("PPO-max").unwrap_err().to_string();
+        assert!(e.contains("GiGPO-budget") && e.contains("PPO-max"), "{e}");
     }
 
     /// The arms' α reaches the kernel: M_t from entropy alone or confidence alone.

@@ -156,6 +156,21 @@ pub struct AlgoSection {
     pub entropy_coef: f64,
     /// k3 KL to the reference policy (0: none).
     pub kl_coef: f64,
+    /// DAPO's dynamic sampling (verl's `algorithm.filter_groups` on the episode reward): a
+    /// group whose episodes all got the same total reward (no advantage, no gradient) is
+    /// dropped and more tasks are rolled out until `rollout.tasks_per_iteration` groups are
+    /// left, or `max_gen_batches` batches were drawn.
+    #[serde(default)]
+    pub dynamic_sampling: bool,
+    /// The most rollout batches one iteration draws with `dynamic_sampling` (verl's
+    /// `max_num_gen_batches`, whose limit is an error there; here the iteration trains on the
+    /// groups it has, none at worst).
+    #[serde(default = "default_max_gen_batches")]
+    pub max_gen_batches: usize,
+}
+
+fn default_max_gen_batches() -> usize {
+    4
 }
 
 /// Group normalisation, as the config spells it.
@@ -429,6 +444,7 @@ impl TrainConfig {
             Closed(1.0),
         )?;
         c.real("algo.kl_coef", a.kl_coef, Closed(0.0), Closed(10.0))?;
+        c.int("algo.max_gen_batches", a.max_gen_batches, 1, 1024)?;
         let o = &self.optim;
         c.real("optim.lr", o.lr, Open(0.0), Closed(1.0))?;
         c.real(

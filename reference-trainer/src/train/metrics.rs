@@ -206,6 +206,9 @@ pub struct MetricsLine {
     /// A rejection round's selection (cold start only).
     #[serde(default)]
     pub rejection: Option<RejectionReport>,
+    /// What DAPO's dynamic sampling kept (RL with `algo.dynamic_sampling` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic: Option<super::dynamic::DynamicReport>,
     /// Wall seconds of the whole line's work.
     pub seconds: f64,
 }
@@ -221,6 +224,7 @@ impl MetricsLine {
             eval: None,
             eval_sampled: None,
             rejection: None,
+            dynamic: None,
             seconds,
         }
     }
@@ -426,6 +430,7 @@ mod tests {
                 eval: None,
                 eval_sampled: None,
                 rejection: None,
+                dynamic: None,
                 seconds: i as f64,
             })
             .unwrap();
@@ -468,6 +473,7 @@ mod tests {
                 eval: None,
                 eval_sampled: None,
                 rejection: None,
+                dynamic: None,
                 seconds: v,
             })
             .unwrap();

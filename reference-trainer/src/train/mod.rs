@@ -5,6 +5,7 @@
 
 pub mod ablate;
 pub mod config;
+pub mod dynamic;
 pub mod metrics;
 pub mod optimizer;
 pub mod plots;

@@ -50,6 +50,8 @@ pub mod purpose {
     pub const PRETRAIN_WORLD: u64 = 11;
     /// The order of the pretraining sequences.
     pub const PRETRAIN_SHUFFLE: u64 = 12;
+    /// A further rollout batch of an RL iteration (DAPO's dynamic sampling).
+    pub const DYNAMIC_BATCH: u64 = 13;
 }
 
 /// Hooks the caller gives a stage: a log line, a progress bar for a phase, and whether to stop.
@@ -429,6 +431,7 @@ pub fn cold_start(
         let line = MetricsLine {
             rollout: Some(summary),
             rejection: Some(rejection),
+            dynamic: None,
             ..MetricsLine::cold_start("rft", u, t0.elapsed().as_secs_f64())
         };
         on_stage(Stage::Rejection(round), &opt, sft_steps, line, rep)?;

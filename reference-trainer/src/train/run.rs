@@ -166,6 +166,84 @@ pub fn evaluate(
     Ok(Evaluation { headline, sampled })
 }
 
+/// The episodes an RL iteration trains on, the summary of every episode it rolled out, and,
+/// with `algo.dynamic_sampling`, what DAPO's filter kept ([`super::dynamic`]). The first
+/// batch is always the plain iteration's (its tasks and seed); later batches draw tasks not
+/// yet used this iteration.
+fn training_episodes(
+    old: &Qwen3,
+    tokenizer: &Tokenizer,
+    pool: &EnvPool,
+    rl_pool: &[usize],
+    cfg: &TrainConfig,
+    iteration: u64,
+    rep: &mut dyn Reporter,
+) -> Result<(
+    Vec<crate::rollout::EpisodeRecord>,
+    RolloutSummary,
+    Option<super::dynamic::DynamicReport>,
+)> {
+    let want = cfg.rollout.tasks_per_iteration;
+    let tasks_seed = derive_seed(cfg.seed, iteration, purpose::RL_TASKS);
+    let rollout_seed = derive_seed(cfg.seed, iteration, purpose::RL_ROLLOUT);
+    let mut stats = crate::rollout::RolloutStats::default();
+    let mut secs = 0.0;
+    let mut used: Vec<usize> = Vec::new();
+    let mut roll = |batch: usize, rep: &mut dyn Reporter| -> Result<Option<Vec<_>>> {
+        let (tasks_seed, rollout_seed) = match batch {
+            0 => (tasks_seed, rollout_seed),
+            b => (
+                derive_seed(tasks_seed, b as u64, purpose::DYNAMIC_BATCH),
+                derive_seed(rollout_seed, b as u64, purpose::DYNAMIC_BATCH),
+            ),
+        };
+        let fresh: Vec<usize> = rl_pool
+            .iter()
+            .copied()
+            .filter(|t| !used.contains(t))
+            .collect();
+        if fresh.is_empty() {
+            return Ok(None);
+        }
+        let tasks = sample_from(fresh, want, tasks_seed);
+        used.extend(&tasks);
+        let (records, s, t) = run_episodes(
+            "rollout",
+            old,
+            tokenizer,
+            pool,
+            cfg,
+            Split::Train,
+            &tasks,
+            cfg.rollout.group_size,
+            cfg.rollout.temperature,
+            rollout_seed,
+            rep,
+        )?;
+        stats.generations += s.generations;
+        stats.decoded_tokens += s.decoded_tokens;
+        stats.prefill_tokens += s.prefill_tokens;
+        stats.prefill_seconds += s.prefill_seconds;
+        stats.decode_seconds += s.decode_seconds;
+        stats.control_seconds += s.control_seconds;
+        secs += t;
+        Ok(Some(records))
+    };
+    if !cfg.algo.dynamic_sampling {
+        let records = roll(0, rep)?.unwrap_or_default();
+        let summary = RolloutSummary::of(&records, &stats, secs);
+        return Ok((records, summary, None));
+    }
+    let (kept, all, report) =
+        super::dynamic::collect(want, cfg.algo.max_gen_batches, |b| roll(b, &mut *rep))?;
+    rep.line(&format!(
+        "  dynamic sampling: {} of {} groups informative over {} batch(es), {} kept",
+        report.groups_informative, report.groups_generated, report.batches, report.groups_kept
+    ));
+    let summary = RolloutSummary::of(&all, &stats, secs);
+    Ok((kept, summary, Some(report)))
+}
+
 /// [`evaluate`]'s headline on either split (the `eval` command: a checkpoint evaluated with its
 /// run's config reproduces the run's own evaluation exactly).
 pub fn evaluate_on(
@@ -504,6 +582,7 @@ fn train_until_stopped(
                 eval: Some(before.headline.clone()),
                 eval_sampled: before.sampled.clone(),
                 rejection: None,
+                dynamic: None,
                 seconds: t0.elapsed().as_secs_f64(),
             })?;
             let opt = AdamW::new(cfg.optimizer_config())?;
@@ -570,29 +649,12 @@ fn train_until_stopped(
         let t0 = std::time::Instant::now();
         let i = it as u64;
         let old = policy.frozen_copy()?;
-        let tasks = sample_from(
-            rl_pool.clone(),
-            cfg.rollout.tasks_per_iteration,
-            derive_seed(cfg.seed, i, purpose::RL_TASKS),
-        );
         // The rollout reads `old` only: a stop during it leaves the policy as it was.
-        let (records, stats, secs) = match run_episodes(
-            "rollout",
-            &old,
-            &tokenizer,
-            &pool,
-            &cfg,
-            Split::Train,
-            &tasks,
-            cfg.rollout.group_size,
-            cfg.rollout.temperature,
-            derive_seed(cfg.seed, i, purpose::RL_ROLLOUT),
-            rep,
-        ) {
-            Err(Error::Stopped { signal }) => return stop(signal, &opt, rep),
-            done => done?,
-        };
-        let summary = RolloutSummary::of(&records, &stats, secs);
+        let (records, summary, dynamic) =
+            match training_episodes(&old, &tokenizer, &pool, &rl_pool, &cfg, i, rep) {
+                Err(Error::Stopped { signal }) => return stop(signal, &opt, rep),
+                done => done?,
+            };
         let adv = compute_advantages(&records, &adv_cfg)
             .map_err(|e| Error::invalid("advantages", e.to_string()))?;
         let rows = flatten_rows(&records, &adv, cfg.control.filter_void)
@@ -661,6 +723,7 @@ fn train_until_stopped(
             eval,
             eval_sampled,
             rejection: None,
+            dynamic,
             seconds: t0.elapsed().as_secs_f64(),
         };
         rep.line(&iteration_line(&line, iterations));
