@@ -749,6 +749,29 @@ mod tests {
             let again = TrainConfig::parse(&cfg.to_toml().unwrap(), Path::new("x")).unwrap();
             assert_eq!(again, cfg);
         }
+        // The real-model config (README's SmolLM2 run): search.toml with its stated changes.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/search-smollm2.toml");
+        let smol = TrainConfig::load(&path).unwrap();
+        let mut expect = TrainConfig::default_for(EnvKind::Search).unwrap();
+        expect.data.held_out_questions = 5;
+        expect.rollout.group_size = 4;
+        expect.rollout.tasks_per_iteration = 4;
+        expect.optim.lr = 3e-5;
+        expect.optim.micro_batch_tokens = 2048;
+        expect.pretrain.passages = 0;
+        expect.rft.demo_tasks = 48;
+        expect.rft.prompt_loss_weight = 0.0;
+        expect.rft.lr = 1e-3;
+        expect.rft.warmup_steps = 2;
+        expect.rft.final_lr = 1e-4;
+        expect.rft.rounds = 0;
+        expect.train.iterations = 3;
+        expect.train.eval_every = 3;
+        expect.train.eval_tasks = 35;
+        expect.train.eval_sampled = false;
+        expect.train.checkpoint_every = 3;
+        expect.train.keep_checkpoints = 1;
+        assert_eq!(smol, expect);
     }
 
     #[test]
