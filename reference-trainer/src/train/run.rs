@@ -149,6 +149,8 @@ pub fn evaluate(
     cfg: &TrainConfig,
     rep: &mut dyn Reporter,
 ) -> Result<Evaluation> {
+    // Each phase hands its freed memory back where it ends (crate::alloc::release_free_memory).
+    crate::release_free_memory();
     let headline = evaluate_on(policy, tokenizer, pool, cfg, Split::Test, rep)?;
     let sampled = if cfg.train.eval_sampled {
         Some(evaluate_at(
@@ -163,6 +165,7 @@ pub fn evaluate(
     } else {
         None
     };
+    crate::release_free_memory();
     Ok(Evaluation { headline, sampled })
 }
 
@@ -387,11 +390,13 @@ fn save_checkpoint(
     keep: usize,
     rep: &mut dyn Reporter,
 ) -> Result<PathBuf> {
+    crate::release_free_memory();
     rep.begin("checkpoint", 5);
     let saved = state::save_reporting(out, policy, tokenizer, opt, state, keep, &mut |done| {
         rep.advance(done)
     });
     rep.end();
+    crate::release_free_memory();
     saved
 }
 
@@ -655,6 +660,7 @@ fn train_until_stopped(
                 Err(Error::Stopped { signal }) => return stop(signal, &opt, rep),
                 done => done?,
             };
+        crate::release_free_memory();
         let adv = compute_advantages(&records, &adv_cfg)
             .map_err(|e| Error::invalid("advantages", e.to_string()))?;
         let rows = flatten_rows(&records, &adv, cfg.control.filter_void)
@@ -695,6 +701,7 @@ fn train_until_stopped(
             },
         );
         rep.end();
+        crate::release_free_memory();
         let Some(report) = report? else {
             put_back(&mut opt)?;
             return stop(asked.unwrap_or_default(), &opt, rep);
