@@ -32,8 +32,13 @@ fn freed_memory_is_kept_through_a_phase_and_returned_at_its_end() {
     let held = rss_mib();
     reference_trainer::release_free_memory();
     let after = rss_mib();
-    eprintln!("RSS MiB: base {base:.0}, 1 GiB live {full:.0}, freed {held:.0}, released {after:.0}");
-    assert!(full - base > 900.0, "the blocks are resident: {base:.0} → {full:.0}");
+    eprintln!(
+        "RSS MiB: base {base:.0}, 1 GiB live {full:.0}, freed {held:.0}, released {after:.0}"
+    );
+    assert!(
+        full - base > 900.0,
+        "the blocks are resident: {base:.0} → {full:.0}"
+    );
     assert!(
         held - base > 900.0,
         "freed memory stays mapped within the purge delay: {base:.0} → {held:.0}"

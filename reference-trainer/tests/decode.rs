@@ -234,3 +234,103 @@ fn the_direct_decode_rolls_out_the_same_episodes_as_the_candle_decode() {
     }
     assert!(tokens > 300, "{tokens} tokens compared");
 }
+
+/// The model without its prompt reuse: [`Policy::prefill_reusing`]'s default prefills every
+/// try's prompt again (the rollout as it was before resamples reused their turn's prefill).
+struct NoReuse<'a>(&'a Qwen3);
+
+impl Policy for NoReuse<'_> {
+    type Cache = reference_trainer::rollout::QwenCache;
+    fn vocab_size(&self) -> usize {
+        Policy::vocab_size(self.0)
+    }
+    fn prefill(
+        &self,
+        prompts: &[Vec<u32>],
+        max_new: usize,
+        logits: &mut Vec<f32>,
+    ) -> reference_trainer::Result<Self::Cache> {
+        Policy::prefill(self.0, prompts, max_new, logits)
+    }
+    fn decode(
+        &self,
+        cache: &mut Self::Cache,
+        tokens: &[u32],
+        logits: &mut Vec<f32>,
+    ) -> reference_trainer::Result<()> {
+        Policy::decode(self.0, cache, tokens, logits)
+    }
+    fn retain(&self, cache: &mut Self::Cache, rows: &[usize]) -> reference_trainer::Result<()> {
+        Policy::retain(self.0, cache, rows)
+    }
+}
+
+#[test]
+fn tds_resamples_reuse_their_turns_prefill_and_roll_out_the_same_episodes() {
+    use reference_trainer::defaults;
+    use reference_trainer::rollout::{
+        rollout, ControlSwitches, EnvKind, EnvPool, EpisodeSpec, RolloutConfig, SamplingParams,
+        Split,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_var("T2PO_CACHE", dir.path());
+    let tok = defaults::tokenizer(7).unwrap();
+    let c = tok.control_tokens().unwrap();
+    let model = defaults::model(&tok, 7, &Device::Cpu).unwrap();
+    let env = EnvKind::Search;
+    let mut size = defaults::pool_size(env).unwrap();
+    size.passages = 2000;
+    let pool = EnvPool::generated(env, 7, size).unwrap();
+    let mut control = ControlSwitches::default()
+        .control_config_for(&c, env.response_tags())
+        .unwrap();
+    // A wide η: most turns after the first are hesitant, so resamples are many.
+    control.eta = 10.0;
+    let cfg = RolloutConfig {
+        control,
+        mark_void: false,
+        sampling: SamplingParams::default(),
+        max_response_tokens: 24,
+        max_prompt_tokens: 768,
+        history_length: pool.history_length(),
+        max_turns: 3,
+        seed: 5,
+    };
+    let specs: Vec<_> = (0..6)
+        .map(|i| EpisodeSpec {
+            task: i % 3,
+            group: i % 3,
+        })
+        .collect();
+    let envs = || -> Vec<_> { (0..specs.len()).map(|_| pool.make(Split::Test)).collect() };
+    let (reused, with) = rollout(&model, &tok, &mut envs(), &specs, &cfg, |_, _| {}).unwrap();
+    let (fresh, without) =
+        rollout(&NoReuse(&model), &tok, &mut envs(), &specs, &cfg, |_, _| {}).unwrap();
+    let resamples: u32 = reused.iter().map(|e| e.resamples).sum();
+    assert!(resamples >= 4, "{resamples} resamples");
+    eprintln!(
+        "{resamples} resamples; prompt tokens prefilled {} + reused {} (without reuse {})",
+        with.prefill_tokens, with.prefill_tokens_reused, without.prefill_tokens
+    );
+    for (a, b) in reused.iter().zip(&fresh) {
+        assert_eq!(a.resamples, b.resamples);
+        assert_eq!(a.turns.len(), b.turns.len());
+        for (ta, tb) in a.turns.iter().zip(&b.turns) {
+            // The same draws from logits equal to rounding (a reused prefill differs from a
+            // fresh one by ~1e-7: another batch shape in the matrix products).
+            assert_eq!(ta.generation.response_ids, tb.generation.response_ids);
+            assert_eq!(ta.discarded.len(), tb.discarded.len());
+            for (x, y) in ta.generation.log_probs.iter().zip(&tb.generation.log_probs) {
+                assert!((x - y).abs() <= 1e-5, "log-prob {x} vs {y}");
+            }
+        }
+    }
+    // Every resample's prompt came from its first try's prefill, and nothing else did.
+    assert_eq!(without.prefill_tokens_reused, 0);
+    assert!(with.prefill_tokens_reused > 0);
+    assert_eq!(
+        with.prefill_tokens + with.prefill_tokens_reused,
+        without.prefill_tokens
+    );
+    assert_eq!(with.generations, without.generations);
+}

@@ -270,6 +270,74 @@ fn a_prefill_in_row_chunks_equals_the_prefill_in_one_piece() {
 }
 
 #[test]
+fn a_prefill_reusing_kept_prompts_equals_a_fresh_prefill() {
+    let model = Qwen3::random(tiny(true), 6, DType::F32, &Device::Cpu).unwrap();
+    let prompt = |r: usize, n: usize| -> Vec<u32> {
+        (0..n).map(|t| ((r * 7 + t * 3 + 1) % 97) as u32).collect()
+    };
+    // The first batch keeps rows 0 and 2 (ragged: their padding here is 4 and 9 slots).
+    let first = vec![prompt(0, 20), prompt(1, 24), prompt(2, 15)];
+    let (_, _, kept) = model
+        .prefill_reusing(&first, 4, &[None, None, None], &[true, false, true])
+        .unwrap();
+    assert!(kept[0].is_some() && kept[1].is_none() && kept[2].is_some());
+    assert_eq!(kept[2].as_ref().unwrap().tokens(), &first[2][..]);
+    // The second batch: the kept rows around a new, longer prompt (every padding changes) and
+    // a short one; its logits and decode steps against a prefill of the same batch.
+    let batch = vec![
+        first[0].clone(),
+        prompt(3, 31),
+        first[2].clone(),
+        prompt(4, 5),
+    ];
+    let reuse = [kept[0].as_ref(), None, kept[2].as_ref(), None];
+    let steps = 3;
+    let (mut got_cache, mut got, again) = model
+        .prefill_reusing(&batch, steps, &reuse, &[true; 4])
+        .unwrap();
+    // Reused rows are not kept again (the caller holds them); fresh ones are.
+    assert!(again[0].is_none() && again[1].is_some() && again[2].is_none() && again[3].is_some());
+    let (mut want_cache, mut want) = model.prefill(&batch, steps).unwrap();
+    assert_eq!(got_cache.len(), want_cache.len());
+    let mut worst = 0f32;
+    for step in 0..=steps {
+        let (g, w): (Vec<Vec<f32>>, Vec<Vec<f32>>) =
+            (got.to_vec2().unwrap(), want.to_vec2().unwrap());
+        for (r, (g, w)) in g.iter().zip(&w).enumerate() {
+            for (a, b) in g.iter().zip(w) {
+                let d = (a - b).abs();
+                worst = worst.max(d);
+                // Tolerance: f32 rounding of matrix products over another batch shape.
+                assert!(d <= 1e-5, "row {r}, step {step}: {a} vs {b}");
+            }
+        }
+        if step == steps {
+            break;
+        }
+        let tokens: Vec<u32> = (0..batch.len())
+            .map(|r| ((r + step * 5) % 97) as u32)
+            .collect();
+        got = model.decode(&mut got_cache, &tokens).unwrap();
+        want = model.decode(&mut want_cache, &tokens).unwrap();
+    }
+    eprintln!("largest logit difference, reused vs fresh prefill: {worst:e}");
+    // A kept prompt given for another prompt is refused, naming the row.
+    let err = model
+        .prefill_reusing(&[prompt(5, 20)], 4, &[kept[0].as_ref()], &[false])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("row 0") && err.contains("not this prompt's"),
+        "{err}"
+    );
+    let err = model
+        .prefill_reusing(&first, 4, &[None], &[false])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("3 prompts with 1 reuse"), "{err}");
+}
+
+#[test]
 fn token_log_probs_equal_the_full_forward() {
     let model = Qwen3::random(tiny(true), 9, DType::F32, &Device::Cpu).unwrap();
     let s = seqs();

@@ -128,6 +128,71 @@ impl KvCache {
         Ok(())
     }
 
+    /// Copies every slot of row `src_row` of `src` (a cache of the same layers and capacity)
+    /// into row `row` of this one; the fill level is not moved.
+    pub fn copy_row(&mut self, row: usize, src: &KvCache, src_row: usize) -> Result<()> {
+        if src.layers.len() != self.layers.len()
+            || src.capacity != self.capacity
+            || row >= self.batch()
+            || src_row >= src.batch()
+            || src.pad[src_row] != self.pad[row]
+        {
+            candle_core::bail!("kv cache row {row}: row {src_row} of the other cache does not fit");
+        }
+        for (c, p) in self.layers.iter().zip(&src.layers) {
+            c.k.slice_set(&p.k.narrow(0, src_row, 1)?, 0, row)?;
+            c.v.slice_set(&p.v.narrow(0, src_row, 1)?, 0, row)?;
+        }
+        Ok(())
+    }
+
+    /// Keys and values of every layer at slots `from..from + len` of `row`, copied out
+    /// (`[KV, len, D]` each; later writes to the cache do not reach them).
+    pub fn row_slots(&self, row: usize, from: usize, len: usize) -> Result<Vec<(Tensor, Tensor)>> {
+        if row >= self.batch() || from + len > self.capacity {
+            candle_core::bail!(
+                "kv cache: slots {from}..{} of row {row} are outside [{}, {}]",
+                from + len,
+                self.batch(),
+                self.capacity
+            );
+        }
+        let take = |t: &Tensor| -> Result<Tensor> {
+            t.narrow(0, row, 1)?
+                .narrow(2, from, len)?
+                .squeeze(0)?
+                .force_contiguous()
+        };
+        self.layers
+            .iter()
+            .map(|c| Ok((take(&c.k)?, take(&c.v)?)))
+            .collect()
+    }
+
+    /// Writes `slots` (one `[KV, len, D]` key and value pair per layer, as
+    /// [`row_slots`](Self::row_slots) returns them) into `row` from slot `at`; the fill level is
+    /// not moved.
+    pub fn set_row_slots(
+        &mut self,
+        row: usize,
+        at: usize,
+        slots: &[(Tensor, Tensor)],
+    ) -> Result<()> {
+        if slots.len() != self.layers.len() || row >= self.batch() {
+            candle_core::bail!(
+                "kv cache row {row}: {} layers of slots for a cache of {} layers and {} rows",
+                slots.len(),
+                self.layers.len(),
+                self.batch()
+            );
+        }
+        for (c, (k, v)) in self.layers.iter().zip(slots) {
+            c.k.narrow(0, row, 1)?.slice_set(&k.unsqueeze(0)?, 2, at)?;
+            c.v.narrow(0, row, 1)?.slice_set(&v.unsqueeze(0)?, 2, at)?;
+        }
+        Ok(())
+    }
+
     /// Marks `l` more slots as filled (after every layer appended them).
     pub fn advance(&mut self, l: usize) {
         self.len += l;

@@ -13,4 +13,4 @@ pub mod qwen3;
 
 pub use decode::{DecodeState, Decoder};
 pub use kv_cache::KvCache;
-pub use qwen3::{Arch, Qwen3, Qwen3Config, TokenLogProbs};
+pub use qwen3::{Arch, PrefilledPrompt, Qwen3, Qwen3Config, TokenLogProbs};

@@ -539,6 +539,22 @@ pub struct TokenLogProbs {
 /// once; a longer batch is prefilled in row chunks.
 pub const PREFILL_CHUNK_TOKENS: usize = 8192;
 
+/// A prompt after [`Qwen3::prefill_reusing`]: every layer's keys and values at its positions
+/// and the logits of its last position, to start another generation of the same prompt from.
+#[derive(Clone, Debug)]
+pub struct PrefilledPrompt {
+    tokens: Vec<u32>,
+    slots: Vec<(Tensor, Tensor)>,
+    logits: Tensor,
+}
+
+impl PrefilledPrompt {
+    /// The prompt's tokens.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+}
+
 /// A Qwen3, Llama or Qwen2 causal LM ([`Arch`]) whose parameters are candle [`Var`]s
 /// (trainable) under their Hugging Face names.
 #[derive(Debug)]
@@ -1100,6 +1116,106 @@ impl Qwen3 {
         }
         cache.advance(l);
         Ok((cache, Tensor::cat(&lasts, 0)?))
+    }
+
+    /// [`prefill`](Self::prefill) where `reuse[i]`, when given, is row `i`'s prompt prefilled
+    /// before (by this model, for the same tokens): its keys, values and last logits are copied
+    /// in and the model runs over the other rows only. A TDS resample generates its turn again
+    /// from the same prompt, so it need not prefill it again. For every row prefilled here with
+    /// `keep[i]`, the third result holds its [`PrefilledPrompt`] for a later call.
+    ///
+    /// A row's keys and values do not depend on its padding or on the other rows (positions
+    /// count from each row's first token, padding is masked), so the cache is `prefill`'s up
+    /// to the rounding of a different batch shape in the matrix products (~1e-7 relative;
+    /// `tests/model.rs` checks the logits of every decode step after it within 1e-5).
+    pub fn prefill_reusing(
+        &self,
+        prompts: &[Vec<u32>],
+        max_new: usize,
+        reuse: &[Option<&PrefilledPrompt>],
+        keep: &[bool],
+    ) -> Result<(KvCache, Tensor, Vec<Option<PrefilledPrompt>>)> {
+        let n = prompts.len();
+        if reuse.len() != n || keep.len() != n {
+            return Err(Error::invalid(
+                "prefill",
+                format!(
+                    "{n} prompts with {} reuse and {} keep entries",
+                    reuse.len(),
+                    keep.len()
+                ),
+            ));
+        }
+        if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
+            return Err(Error::invalid(
+                "prompts",
+                "need at least one prompt, none empty",
+            ));
+        }
+        let l = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        self.check_len(l + max_new)?;
+        for (i, (p, r)) in prompts.iter().zip(reuse).enumerate() {
+            self.check_tokens(p)?;
+            if let Some(r) = r {
+                let layers_ok = r.slots.len() == self.cfg.num_hidden_layers
+                    && r.logits.dims() == [self.cfg.vocab_size];
+                if r.tokens != *p || !layers_ok {
+                    return Err(Error::invalid(
+                        "prefill",
+                        format!(
+                            "row {i}: the prefilled prompt given for reuse is not this prompt's"
+                        ),
+                    ));
+                }
+            }
+        }
+        let pad: Vec<usize> = prompts.iter().map(|p| l - p.len()).collect();
+        let cfg = &self.cfg;
+        let cache_for = |pad: Vec<usize>| {
+            KvCache::new(
+                cfg.num_hidden_layers,
+                pad.len(),
+                cfg.num_key_value_heads,
+                cfg.head_dim,
+                l + max_new,
+                pad,
+                self.dtype,
+                &self.device,
+            )
+        };
+        let mut cache = cache_for(pad.clone())?;
+        let mut last: Vec<Option<Tensor>> = vec![None; n];
+        let fresh: Vec<usize> = (0..n).filter(|&i| reuse[i].is_none()).collect();
+        for chunk in fresh.chunks((PREFILL_CHUNK_TOKENS / l).max(1)) {
+            let chunk_prompts: Vec<Vec<u32>> = chunk.iter().map(|&i| prompts[i].clone()).collect();
+            let mut part = cache_for(chunk.iter().map(|&i| pad[i]).collect())?;
+            let logits = self.prefill_rows(&chunk_prompts, l, &mut part)?;
+            for (j, &i) in chunk.iter().enumerate() {
+                cache.copy_row(i, &part, j)?;
+                last[i] = Some(logits.get(j)?);
+            }
+        }
+        for (i, r) in reuse.iter().enumerate() {
+            if let Some(r) = r {
+                cache.set_row_slots(i, pad[i], &r.slots)?;
+                last[i] = Some(r.logits.clone());
+            }
+        }
+        cache.advance(l);
+        let last: Vec<Tensor> = last.into_iter().map(|t| t.expect("every row")).collect();
+        let mut kept = Vec::with_capacity(n);
+        for i in 0..n {
+            kept.push(if keep[i] && reuse[i].is_none() {
+                Some(PrefilledPrompt {
+                    tokens: prompts[i].clone(),
+                    slots: cache.row_slots(i, pad[i], prompts[i].len())?,
+                    logits: last[i].force_contiguous()?,
+                })
+            } else {
+                None
+            });
+        }
+        Ok((cache, Tensor::stack(&last, 0)?, kept))
     }
 
     /// [`prefill`](Self::prefill) of `prompts` (each at most `l` tokens, left-padded to `l`)

@@ -18,7 +18,7 @@ use rand_chacha::ChaCha12Rng;
 use t2po_control::{Config, Event, Profile, Sequence, Tds, ThinkStart};
 use t2po_envs::{is_strict_format, Env, HistoryEntry, Observation};
 
-use super::policy::Policy;
+use super::policy::{Policy, Prefilled};
 use super::sampler::{Draw, Sampler, SamplingParams};
 use super::trajectory::{DiscardedTry, EpisodeRecord, Generation, TtiFire, TtiReason, TurnRecord};
 use crate::error::{Error, Result};
@@ -152,8 +152,11 @@ pub struct RolloutStats {
     pub generations: usize,
     /// Tokens decoded.
     pub decoded_tokens: usize,
-    /// Prompt tokens prefilled.
+    /// Prompt tokens prefilled (run through the model).
     pub prefill_tokens: usize,
+    /// Prompt tokens of TDS resamples taken from their first try's prefill instead of run
+    /// through the model again.
+    pub prefill_tokens_reused: usize,
     /// Seconds in prefill.
     pub prefill_seconds: f64,
     /// Seconds in decode steps (model + control + sampling).
@@ -171,6 +174,8 @@ struct Live<'a> {
     seq: Sequence,
     rng: ChaCha12Rng,
     prompt: Vec<u32>,
+    /// The prompt's prefill, kept while a TDS resample of this turn may follow.
+    prefilled: Option<Prefilled>,
     prompt_truncated: usize,
     tries: Vec<Generation>,
     gammas: Vec<f32>,
@@ -255,6 +260,7 @@ pub fn rollout_until<P: Policy>(
                 cfg.seed ^ 0xD1B5_4A32_D192_ED03 ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             ),
             prompt: Vec::new(),
+            prefilled: None,
             prompt_truncated: 0,
             tries: Vec::new(),
             gammas: Vec::new(),
@@ -282,9 +288,24 @@ pub fn rollout_until<P: Policy>(
                     ids.drain(..l.prompt_truncated);
                 }
                 l.prompt = ids;
+                l.prefilled = None;
             }
         }
         let prompts: Vec<Vec<u32>> = pending.iter().map(|&i| live[i].prompt.clone()).collect();
+        // A resample (a try after the first) starts from its turn's kept prefill. A first try
+        // keeps its prefill when TDS may ask for another: TDS is on, a kept turn came before
+        // (first turns are never resampled) and tries are left.
+        let reuse: Vec<Option<Prefilled>> =
+            pending.iter().map(|&i| live[i].prefilled.clone()).collect();
+        let may_resample = |l: &Live<'_>| {
+            cfg.control.tds_enabled != 0
+                && l.last_phi.is_some()
+                && l.tries.len() < cfg.control.max_resamples as usize
+        };
+        let keep: Vec<bool> = pending
+            .iter()
+            .map(|&i| live[i].prefilled.is_none() && may_resample(&live[i]))
+            .collect();
         let mut rows: Vec<Row> = pending
             .iter()
             .map(|&i| {
@@ -299,18 +320,23 @@ pub fn rollout_until<P: Policy>(
                 }
             })
             .collect();
-        generate(
+        let kept = generate(
             policy,
             &mut sampler,
             &prompts,
+            &reuse,
+            &keep,
             &mut rows,
             cfg,
             &controls.eos,
             id_bound,
             &mut stats,
         )?;
-        for (&i, row) in pending.iter().zip(rows) {
+        for ((&i, row), kept) in pending.iter().zip(rows).zip(kept) {
             let l = &mut live[i];
+            if kept.is_some() {
+                l.prefilled = kept;
+            }
             l.seq = row.seq;
             l.rng = row.rng;
             let mut gen = row.gen;
@@ -337,6 +363,7 @@ pub fn rollout_until<P: Policy>(
                 continue;
             }
             l.tds.commit()?;
+            l.prefilled = None;
             l.last_phi = Some(verdict.kept_phi);
             finish_turn(l, verdict.kept_try as usize, tokenizer, &controls, cfg)?;
         }
@@ -433,19 +460,22 @@ struct Row {
     finished: bool,
 }
 
-/// Generates one response per row: prefill all prompts, then decode until every row emitted
-/// an end-of-turn token or reached the cap; finished rows leave the batch (and the cache).
+/// Generates one response per row: prefill all prompts (those with `reuse` from their kept
+/// prefill), then decode until every row emitted an end-of-turn token or reached the cap;
+/// finished rows leave the batch (and the cache). Returns the prefills kept for `keep`.
 #[allow(clippy::too_many_arguments)]
 fn generate<P: Policy>(
     policy: &P,
     sampler: &mut Sampler,
     prompts: &[Vec<u32>],
+    reuse: &[Option<Prefilled>],
+    keep: &[bool],
     rows: &mut [Row],
     cfg: &RolloutConfig,
     eos: &[u32],
     id_bound: usize,
     stats: &mut RolloutStats,
-) -> Result<()> {
+) -> Result<Vec<Option<Prefilled>>> {
     let vocab = policy.vocab_size();
     let mask_tail = |logits: &mut [f32]| {
         if id_bound < vocab {
@@ -456,10 +486,17 @@ fn generate<P: Policy>(
     };
     let mut logits = Vec::new();
     let t0 = std::time::Instant::now();
-    let mut cache = policy.prefill(prompts, cfg.max_response_tokens, &mut logits)?;
+    let (mut cache, kept) =
+        policy.prefill_reusing(prompts, cfg.max_response_tokens, reuse, keep, &mut logits)?;
     mask_tail(&mut logits);
     stats.prefill_seconds += t0.elapsed().as_secs_f64();
-    stats.prefill_tokens += prompts.iter().map(Vec::len).sum::<usize>();
+    for (p, r) in prompts.iter().zip(reuse) {
+        if r.is_some() {
+            stats.prefill_tokens_reused += p.len();
+        } else {
+            stats.prefill_tokens += p.len();
+        }
+    }
     stats.generations += rows.len();
 
     let t1 = std::time::Instant::now();
@@ -482,7 +519,7 @@ fn generate<P: Policy>(
     })?;
     stats.decode_seconds += t1.elapsed().as_secs_f64();
     debug_assert!(rows.iter().all(|r| r.finished));
-    Ok(())
+    Ok(kept)
 }
 
 /// The decode steps of [`generate`] after the prefill.

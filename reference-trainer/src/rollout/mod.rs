@@ -11,7 +11,7 @@ pub mod trajectory;
 pub use episode::{
     rollout, rollout_until, ControlSwitches, EpisodeSpec, ProfileName, RolloutConfig, RolloutStats,
 };
-pub use policy::{CandleDecode, Policy, QwenCache};
+pub use policy::{CandleDecode, Policy, Prefilled, QwenCache};
 pub use pool::{encyclopedia, EnvKind, EnvPool, PoolSize, Split};
 pub use sampler::{Draw, Sampler, SamplingParams};
 pub use trajectory::{DiscardedTry, EpisodeRecord, Generation, TtiFire, TtiReason, TurnRecord};

@@ -6,10 +6,37 @@
 //! kernels on, decodes with [`DecodeState`] (no tensors, no allocation per step); otherwise,
 //! and always through [`CandleDecode`], with candle tensors (`Qwen3::decode`, the reference).
 
+use std::any::Any;
+use std::sync::Arc;
+
 use candle_core::{DType, Tensor};
 
-use crate::error::Result;
-use crate::model::{DecodeState, Decoder, KvCache, Qwen3};
+use crate::error::{Error, Result};
+use crate::model::{DecodeState, Decoder, KvCache, PrefilledPrompt, Qwen3};
+
+/// A prompt a policy prefilled and kept ([`Policy::prefill_reusing`]), to start another
+/// generation of the same prompt — a TDS resample — without running the model over it again.
+/// Opaque: only the kind of policy that made it reads it.
+#[derive(Clone)]
+pub struct Prefilled(Arc<dyn Any + Send + Sync>);
+
+impl Prefilled {
+    /// Wraps a policy's own prefilled state.
+    pub fn new<T: Any + Send + Sync>(state: T) -> Self {
+        Self(Arc::new(state))
+    }
+
+    /// The state, if it is a `T`.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for Prefilled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Prefilled(..)")
+    }
+}
 
 /// A model the rollout can decode with. The rollout's decode loop runs on the rayon pool
 /// (see `episode::generate`), so the model is shared with it and the cache moves there.
@@ -26,10 +53,57 @@ pub trait Policy: Sync {
         max_new: usize,
         logits: &mut Vec<f32>,
     ) -> Result<Self::Cache>;
+    /// [`prefill`](Self::prefill) where `reuse[i]`, when given, is row `i`'s prompt as an
+    /// earlier call kept it (same policy, same tokens), so only the other rows need the model;
+    /// returns, for each row prefilled here with `keep[i]`, its state for a later call. The
+    /// default prefills every row and keeps nothing.
+    fn prefill_reusing(
+        &self,
+        prompts: &[Vec<u32>],
+        max_new: usize,
+        reuse: &[Option<Prefilled>],
+        keep: &[bool],
+        logits: &mut Vec<f32>,
+    ) -> Result<(Self::Cache, Vec<Option<Prefilled>>)> {
+        let _ = (reuse, keep);
+        Ok((
+            self.prefill(prompts, max_new, logits)?,
+            vec![None; prompts.len()],
+        ))
+    }
     /// Appends one token per row; writes the next logits (`[B, V]`) into `logits`.
     fn decode(&self, cache: &mut Self::Cache, tokens: &[u32], logits: &mut Vec<f32>) -> Result<()>;
     /// Keeps only `rows` (in that order) of the cache.
     fn retain(&self, cache: &mut Self::Cache, rows: &[usize]) -> Result<()>;
+}
+
+/// [`Qwen3::prefill_reusing`] with the rollout's opaque states.
+fn qwen_prefill_reusing(
+    model: &Qwen3,
+    prompts: &[Vec<u32>],
+    max_new: usize,
+    reuse: &[Option<Prefilled>],
+    keep: &[bool],
+    logits: &mut Vec<f32>,
+) -> Result<(KvCache, Vec<Option<Prefilled>>)> {
+    let reuse = reuse
+        .iter()
+        .map(|r| match r {
+            None => Ok(None),
+            Some(p) => p.get::<PrefilledPrompt>().map(Some).ok_or_else(|| {
+                Error::invalid(
+                    "prefill",
+                    "a prefilled prompt made by another kind of policy",
+                )
+            }),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (cache, last, kept) = model.prefill_reusing(prompts, max_new, &reuse, keep)?;
+    to_host(&last, logits)?;
+    Ok((
+        cache,
+        kept.into_iter().map(|k| k.map(Prefilled::new)).collect(),
+    ))
 }
 
 fn to_host(t: &Tensor, out: &mut Vec<f32>) -> Result<()> {
@@ -67,13 +141,19 @@ impl Policy for Qwen3 {
     ) -> Result<QwenCache> {
         let (cache, l) = Qwen3::prefill(self, prompts, max_new)?;
         to_host(&l, logits)?;
-        if !self.fused() {
-            return Ok(QwenCache::Candle(cache));
-        }
-        // The weights are packed per generation: the policy trains between rollouts, and
-        // packing (one pass over the weights) costs about one decode step.
-        let state = DecodeState::from_cache(Decoder::new(self)?, &cache)?;
-        Ok(QwenCache::Direct(Box::new(state)))
+        self.decode_state(cache)
+    }
+
+    fn prefill_reusing(
+        &self,
+        prompts: &[Vec<u32>],
+        max_new: usize,
+        reuse: &[Option<Prefilled>],
+        keep: &[bool],
+        logits: &mut Vec<f32>,
+    ) -> Result<(QwenCache, Vec<Option<Prefilled>>)> {
+        let (cache, kept) = qwen_prefill_reusing(self, prompts, max_new, reuse, keep, logits)?;
+        Ok((self.decode_state(cache)?, kept))
     }
 
     fn decode(&self, cache: &mut QwenCache, tokens: &[u32], logits: &mut Vec<f32>) -> Result<()> {
@@ -91,6 +171,20 @@ impl Policy for Qwen3 {
             QwenCache::Candle(c) => Ok(c.retain(rows)?),
             QwenCache::Direct(s) => s.retain(rows),
         }
+    }
+}
+
+impl Qwen3 {
+    /// The decode state of a prefilled cache: the direct one for f32 on the CPU with the
+    /// fused kernels on, else candle's.
+    fn decode_state(&self, cache: KvCache) -> Result<QwenCache> {
+        if !self.fused() {
+            return Ok(QwenCache::Candle(cache));
+        }
+        // The weights are packed per generation: the policy trains between rollouts, and
+        // packing (one pass over the weights) costs about one decode step.
+        let state = DecodeState::from_cache(Decoder::new(self)?, &cache)?;
+        Ok(QwenCache::Direct(Box::new(state)))
     }
 }
 
@@ -115,6 +209,17 @@ impl Policy for CandleDecode<'_> {
         let (cache, l) = Qwen3::prefill(self.0, prompts, max_new)?;
         to_host(&l, logits)?;
         Ok(cache)
+    }
+
+    fn prefill_reusing(
+        &self,
+        prompts: &[Vec<u32>],
+        max_new: usize,
+        reuse: &[Option<Prefilled>],
+        keep: &[bool],
+        logits: &mut Vec<f32>,
+    ) -> Result<(KvCache, Vec<Option<Prefilled>>)> {
+        qwen_prefill_reusing(self.0, prompts, max_new, reuse, keep, logits)
     }
 
     fn decode(&self, cache: &mut KvCache, tokens: &[u32], logits: &mut Vec<f32>) -> Result<()> {

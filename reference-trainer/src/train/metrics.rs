@@ -57,6 +57,9 @@ pub struct RolloutSummary {
     pub decoded_tokens: usize,
     /// Prompt tokens prefilled.
     pub prefill_tokens: usize,
+    /// Prompt tokens of TDS resamples not prefilled again (their first try's prefill reused).
+    #[serde(default)]
+    pub prefill_tokens_reused: usize,
     /// (decoded + prefilled) tokens per second of rollout.
     pub tokens_per_second: f64,
     /// Wall seconds.
@@ -120,6 +123,7 @@ impl RolloutSummary {
             void_rate: records.iter().filter(|e| e.void).count() as f64 / n,
             decoded_tokens: stats.decoded_tokens,
             prefill_tokens: stats.prefill_tokens,
+            prefill_tokens_reused: stats.prefill_tokens_reused,
             tokens_per_second: (stats.decoded_tokens + stats.prefill_tokens) as f64
                 / seconds.max(1e-9),
             seconds,
