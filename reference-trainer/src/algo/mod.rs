@@ -7,6 +7,7 @@
 //! [`rows::flatten_rows`] → the model's `token_log_probs(seqs, start)` → [`loss::ppo_loss`].
 
 pub mod advantage;
+pub mod length;
 pub mod loss;
 pub mod returns;
 pub mod rows;
@@ -16,6 +17,7 @@ pub use advantage::{
     build_step_groups, compute_advantages, normalize_in_group, AdvantageConfig, Advantages,
     EpisodeStats, Estimator, NormMode, Singleton, StepGrouping, TurnAdvantage,
 };
+pub use length::{add_length_reward, length_rewards};
 pub use loss::{
     low_var_kl, masked_mean, ppo_loss, LossConfig, LossInputs, LossMetrics, LossOutput,
 };

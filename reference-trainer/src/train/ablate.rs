@@ -3,7 +3,8 @@
 //! only), T²PO −TTI and T²PO −TDS (the default arms), and on request the baselines and
 //! ablations that are switches of the same trainer: a hard thinking budget, SimpleTIR's
 //! void-turn filter, `M_t` from entropy alone or confidence alone, and DAPO (dynamic
-//! sampling and clip-higher on GRPO); a markdown table of
+//! sampling and clip-higher on GRPO), T²PO without the cold start's SFT (−RFT), and the
+//! length-penalty baseline (Kimi k1.5's length reward on GiGPO); a markdown table of
 //! held-out results (mean ± std over seeds) and a chart of held-out success per variant.
 
 use std::path::{Path, PathBuf};
@@ -41,7 +42,18 @@ pub enum Variant {
     /// DAPO's recipe on GRPO (no TTI, no TDS): dynamic sampling and clip-higher
     /// (ε_high = 0.28); its token-mean loss is the trainer's loss already.
     Dapo,
+    /// T²PO from the policy before the cold start's SFT and rejection round (−RFT): the
+    /// pretrained (or `--init`) model goes to RL directly.
+    NoRft,
+    /// GiGPO (no TTI, no TDS) with Kimi k1.5's length reward on the thinking tokens
+    /// (`algo::length`), weight `algo.length_reward` or [`LENGTH_REWARD_WEIGHT`] when it is 0.
+    LengthReward,
 }
+
+/// The length-penalty arm's weight when the config's `algo.length_reward` is 0 (a tenth of
+/// a Search QA success; the config value takes precedence, e.g. for the environments whose
+/// success reward is 10).
+pub const LENGTH_REWARD_WEIGHT: f64 = 0.1;
 
 impl Variant {
     /// The arms `ablate` runs unless told otherwise, in table order.
@@ -54,7 +66,7 @@ impl Variant {
     ];
 
     /// Every arm, in table order.
-    pub const ALL: [Variant; 10] = [
+    pub const ALL: [Variant; 12] = [
         Variant::T2po,
         Variant::Gigpo,
         Variant::Grpo,
@@ -65,6 +77,8 @@ impl Variant {
         Variant::EntropyOnly,
         Variant::ConfidenceOnly,
         Variant::Dapo,
+        Variant::NoRft,
+        Variant::LengthReward,
     ];
 
     /// The arm of this [`name`](Self::name) (case-insensitive).
@@ -94,6 +108,8 @@ impl Variant {
             Variant::EntropyOnly => "T2PO-entropy-only",
             Variant::ConfidenceOnly => "T2PO-confidence-only",
             Variant::Dapo => "DAPO",
+            Variant::NoRft => "T2PO-RFT",
+            Variant::LengthReward => "GiGPO-length-reward",
         }
     }
 
@@ -101,10 +117,10 @@ impl Variant {
     pub fn apply(self, base: &TrainConfig) -> TrainConfig {
         let mut c = base.clone();
         let (tti, tds, est) = match self {
-            Variant::T2po | Variant::EntropyOnly | Variant::ConfidenceOnly => {
+            Variant::T2po | Variant::EntropyOnly | Variant::ConfidenceOnly | Variant::NoRft => {
                 (true, true, Estimator::Gigpo)
             }
-            Variant::Gigpo | Variant::HardBudget | Variant::FilterVoid => {
+            Variant::Gigpo | Variant::HardBudget | Variant::FilterVoid | Variant::LengthReward => {
                 (false, false, Estimator::Gigpo)
             }
             Variant::Grpo | Variant::Dapo => (false, false, Estimator::Grpo),
@@ -122,6 +138,13 @@ impl Variant {
             Variant::Dapo => {
                 c.algo.dynamic_sampling = true;
                 c.algo.clip_high = 0.28;
+            }
+            Variant::NoRft => {
+                c.rft.demo_tasks = 0;
+                c.rft.rounds = 0;
+            }
+            Variant::LengthReward if c.algo.length_reward == 0.0 => {
+                c.algo.length_reward = LENGTH_REWARD_WEIGHT;
             }
             _ => {}
         }
@@ -201,15 +224,18 @@ pub fn ablate(
             rep.line(&format!("ablation seed {seed}: {}", arm.variant.name()));
             let vcfg = arm.variant.apply(&cfg);
             let dir = out.join(format!("seed-{seed}")).join(arm.variant.name());
+            // −RFT runs its own cold start with no SFT and no rejection round: the pretraining
+            // (the same seed, the same policy as the shared cold start's) and then RL.
+            let no_rft = arm.variant == Variant::NoRft;
             let r = train(
                 vcfg,
                 &RunOptions {
                     out: dir.clone(),
                     resume: true,
                     explicit_config: false,
-                    init: Some(init.clone()),
+                    init: (!no_rft).then(|| init.clone()),
                     device: device.clone(),
-                    cold_start: false,
+                    cold_start: no_rft,
                     rl: true,
                 },
                 rep,
@@ -329,6 +355,20 @@ mod tests {
         assert_eq!(get(Variant::EntropyOnly), (true, true, Estimator::Gigpo));
         assert_eq!(get(Variant::ConfidenceOnly), (true, true, Estimator::Gigpo));
         assert_eq!(get(Variant::Dapo), (false, false, Estimator::Grpo));
+        assert_eq!(get(Variant::NoRft), (true, true, Estimator::Gigpo));
+        assert_eq!(get(Variant::LengthReward), (false, false, Estimator::Gigpo));
+        let no_rft = Variant::NoRft.apply(&base);
+        assert!(no_rft.rft.demo_tasks == 0 && no_rft.rft.rounds == 0);
+        assert_eq!(
+            Variant::LengthReward.apply(&base).algo.length_reward,
+            LENGTH_REWARD_WEIGHT
+        );
+        let mut weighted = base.clone();
+        weighted.algo.length_reward = 2.0;
+        assert_eq!(
+            Variant::LengthReward.apply(&weighted).algo.length_reward,
+            2.0
+        );
         let dapo = Variant::Dapo.apply(&base);
         assert!(dapo.algo.dynamic_sampling && dapo.algo.clip_high == 0.28);
         assert!(Variant::HardBudget.apply(&base).control.hard_budget);
@@ -349,6 +389,9 @@ mod tests {
             c.control.alpha = base.control.alpha;
             c.algo.dynamic_sampling = base.algo.dynamic_sampling;
             c.algo.clip_high = base.algo.clip_high;
+            c.rft.demo_tasks = base.rft.demo_tasks;
+            c.rft.rounds = base.rft.rounds;
+            c.algo.length_reward = base.algo.length_reward;
             assert_eq!(c, base, "{}", v.name());
         }
         // Names round-trip; a wrong one lists the right ones.

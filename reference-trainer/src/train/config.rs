@@ -167,6 +167,11 @@ pub struct AlgoSection {
     /// groups it has, none at worst).
     #[serde(default = "default_max_gen_batches")]
     pub max_gen_batches: usize,
+    /// Weight of the length reward added to each episode's last turn (Kimi k1.5's, per
+    /// episode group on the thinking tokens: `algo::length`); 0: off. The length-penalty
+    /// baseline.
+    #[serde(default)]
+    pub length_reward: f64,
 }
 
 fn default_max_gen_batches() -> usize {
@@ -445,6 +450,12 @@ impl TrainConfig {
         )?;
         c.real("algo.kl_coef", a.kl_coef, Closed(0.0), Closed(10.0))?;
         c.int("algo.max_gen_batches", a.max_gen_batches, 1, 1024)?;
+        c.real(
+            "algo.length_reward",
+            a.length_reward,
+            Closed(0.0),
+            Closed(100.0),
+        )?;
         let o = &self.optim;
         c.real("optim.lr", o.lr, Open(0.0), Closed(1.0))?;
         c.real(

@@ -662,6 +662,11 @@ fn train_until_stopped(
                 done => done?,
             };
         crate::release_free_memory();
+        let mut records = records;
+        if cfg.algo.length_reward > 0.0 {
+            crate::algo::add_length_reward(&mut records, cfg.algo.length_reward)
+                .map_err(|e| Error::invalid("length reward", e.to_string()))?;
+        }
         let adv = compute_advantages(&records, &adv_cfg)
             .map_err(|e| Error::invalid("advantages", e.to_string()))?;
         let rows = flatten_rows(&records, &adv, cfg.control.filter_void)
