@@ -269,6 +269,27 @@ fn a_prefill_in_row_chunks_equals_the_prefill_in_one_piece() {
     }
 }
 
+/// Prefill and decode are inference: what they return carries no autograd graph (the weights
+/// are `Var`s; a graph behind the logits kept every layer's activations of the batch alive).
+#[test]
+fn prefill_and_decode_return_no_autograd_graph() {
+    for fused in [true, false] {
+        let model = Qwen3::random(tiny(fused), 6, DType::F32, &Device::Cpu).unwrap();
+        let prompts = vec![vec![1u32, 2, 3, 4], vec![5, 6]];
+        let (mut cache, logits) = model.prefill(&prompts, 2).unwrap();
+        assert!(!logits.track_op(), "prefill logits, fused {fused}");
+        for li in 0..cache.layers() {
+            let (k, v) = cache.layer(li);
+            assert!(!k.track_op() && !v.track_op(), "cache layer {li}");
+        }
+        let next = model.decode(&mut cache, &[7, 8]).unwrap();
+        assert!(!next.track_op(), "decode logits, fused {fused}");
+        // Training's forward still records the graph.
+        let out = model.token_log_probs(&prompts, &[1, 1]).unwrap();
+        assert!(out.log_probs.track_op());
+    }
+}
+
 #[test]
 fn a_prefill_reusing_kept_prompts_equals_a_fresh_prefill() {
     let model = Qwen3::random(tiny(true), 6, DType::F32, &Device::Cpu).unwrap();

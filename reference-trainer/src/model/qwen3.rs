@@ -539,6 +539,19 @@ pub struct TokenLogProbs {
 /// once; a longer batch is prefilled in row chunks.
 pub const PREFILL_CHUNK_TOKENS: usize = 8192;
 
+/// A layer's output on a forward with a KV cache (a prefill or a decode step: inference, as
+/// the cache is written in place and cannot be differentiated) detached from the graph that
+/// made it. The weights are `Var`s, so every op records its inputs for a backward pass; without
+/// the cut the returned logits keep every layer's activations of the whole batch alive (35
+/// SmolLM2 prompts of ~1 K tokens held ~18 GB until the prefill's logits were dropped).
+fn inference_cut(x: Tensor, inference: bool) -> Tensor {
+    if inference {
+        x.detach()
+    } else {
+        x
+    }
+}
+
 /// A prompt after [`Qwen3::prefill_reusing`]: every layer's keys and values at its positions
 /// and the logits of its last position, to start another generation of the same prompt from.
 #[derive(Clone, Debug)]
@@ -880,6 +893,7 @@ impl Qwen3 {
                 };
                 let act = fused::swiglu_packed(&ops::linear(&hn, &gate_up, gate_up_b.as_ref())?)?;
                 x = (&x + layer.down_proj.forward(&act)?)?;
+                x = inference_cut(x, cache.is_some());
             }
             if let Some(c) = cache {
                 c.advance(l);
@@ -928,6 +942,7 @@ impl Qwen3 {
             let hn = ops::rms_norm(&x, &layer.post_attention_layernorm, eps)?;
             let act = (layer.gate_proj.forward(&hn)?.silu()? * layer.up_proj.forward(&hn)?)?;
             x = (&x + layer.down_proj.forward(&act)?)?;
+            x = inference_cut(x, cache.is_some());
         }
         if let Some(c) = cache {
             c.advance(l);
@@ -1240,7 +1255,7 @@ impl Qwen3 {
         };
         let hidden = self.forward_hidden(&tokens, &positions, &vis, Some(cache))?;
         let last = hidden.narrow(1, l - 1, 1)?.squeeze(1)?;
-        self.lm_head(&last)
+        Ok(self.lm_head(&last)?.detach())
     }
 
     /// One decode step: appends one token per row and returns the next logits `[B, V]`.
@@ -1269,6 +1284,6 @@ impl Qwen3 {
         let tokens = Tensor::from_vec(tokens.to_vec(), (b, 1), &self.device)?;
         let positions = Tensor::from_vec(positions, (b, 1), &self.device)?;
         let hidden = self.forward_hidden(&tokens, &positions, &vis, Some(cache))?;
-        self.lm_head(&hidden.squeeze(1)?)
+        Ok(self.lm_head(&hidden.squeeze(1)?)?.detach())
     }
 }
