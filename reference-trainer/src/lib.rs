@@ -19,5 +19,5 @@ pub mod rollout;
 pub mod tokenizer;
 pub mod train;
 
-pub use alloc::{peak_rss_bytes, release_free_memory, tune_allocator};
+pub use alloc::{peak_rss_bytes, release_free_memory, tune_allocator, PURGE_DELAY_MS};
 pub use error::{Error, Result};
