@@ -107,27 +107,6 @@ impl KvCache {
         ))
     }
 
-    /// Copies every slot of `part` (a cache of the same shape but fewer rows, as filled as it
-    /// is) into rows `first..first + part.batch()` of this one; the fill level is not moved
-    /// ([`advance`](Self::advance) once every part is in).
-    pub fn set_rows(&mut self, first: usize, part: &KvCache) -> Result<()> {
-        if part.layers.len() != self.layers.len()
-            || part.capacity != self.capacity
-            || first + part.batch() > self.batch()
-            || part.pad[..] != self.pad[first..first + part.batch()]
-        {
-            candle_core::bail!(
-                "kv cache rows {first}..{}: the part does not fit this cache",
-                first + part.batch()
-            );
-        }
-        for (c, p) in self.layers.iter().zip(&part.layers) {
-            c.k.slice_set(&p.k, 0, first)?;
-            c.v.slice_set(&p.v, 0, first)?;
-        }
-        Ok(())
-    }
-
     /// Copies every slot of row `src_row` of `src` (a cache of the same layers and capacity)
     /// into row `row` of this one; the fill level is not moved.
     pub fn copy_row(&mut self, row: usize, src: &KvCache, src_row: usize) -> Result<()> {

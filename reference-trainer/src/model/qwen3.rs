@@ -1090,47 +1090,10 @@ impl Qwen3 {
     /// (35 SmolLM2 prompts of ~1 K tokens peaked at 15 GB in one piece). The rows do not
     /// interact, so the result is the one-piece prefill's.
     pub fn prefill(&self, prompts: &[Vec<u32>], max_new: usize) -> Result<(KvCache, Tensor)> {
-        let l = prompts.iter().map(Vec::len).max().unwrap_or(0);
-        if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
-            return Err(Error::invalid(
-                "prompts",
-                "need at least one prompt, none empty",
-            ));
-        }
-        self.check_len(l + max_new)?;
-        for p in prompts {
-            self.check_tokens(p)?;
-        }
-        let pad: Vec<usize> = prompts.iter().map(|p| l - p.len()).collect();
-        let cfg = &self.cfg;
-        let cache_for = |pad: Vec<usize>| {
-            KvCache::new(
-                cfg.num_hidden_layers,
-                pad.len(),
-                cfg.num_key_value_heads,
-                cfg.head_dim,
-                l + max_new,
-                pad,
-                self.dtype,
-                &self.device,
-            )
-        };
-        let rows_per_chunk = (PREFILL_CHUNK_TOKENS / l).max(1);
-        if prompts.len() <= rows_per_chunk {
-            let mut cache = cache_for(pad)?;
-            let last = self.prefill_rows(prompts, l, &mut cache)?;
-            return Ok((cache, last));
-        }
-        let mut cache = cache_for(pad.clone())?;
-        let mut lasts = Vec::with_capacity(prompts.len().div_ceil(rows_per_chunk));
-        for (c, chunk) in prompts.chunks(rows_per_chunk).enumerate() {
-            let first = c * rows_per_chunk;
-            let mut part = cache_for(pad[first..first + chunk.len()].to_vec())?;
-            lasts.push(self.prefill_rows(chunk, l, &mut part)?);
-            cache.set_rows(first, &part)?;
-        }
-        cache.advance(l);
-        Ok((cache, Tensor::cat(&lasts, 0)?))
+        let n = prompts.len();
+        let (cache, logits, _) =
+            self.prefill_reusing(prompts, max_new, &vec![None; n], &vec![false; n])?;
+        Ok((cache, logits))
     }
 
     /// [`prefill`](Self::prefill) where `reuse[i]`, when given, is row `i`'s prompt prefilled
