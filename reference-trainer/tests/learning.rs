@@ -93,6 +93,7 @@ fn group(model: &Qwen3, winner: usize) -> Vec<EpisodeRecord> {
                 total_reward: if won { 1.0 } else { 0.0 },
                 resamples: 0,
                 void: false,
+                reward_parts: Default::default(),
             }
         })
         .collect()
@@ -272,6 +273,7 @@ impl Env for LuckyColour {
                 won,
                 score: if won { 1.0 } else { 0.0 },
                 source: String::new(),
+                parts: Vec::new(),
             },
         }
     }

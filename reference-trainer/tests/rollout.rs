@@ -202,6 +202,7 @@ impl Env for Corridor {
                 won,
                 score: if won { 1.0 } else { 0.0 },
                 source: String::new(),
+                parts: Vec::new(),
             },
         }
     }

@@ -91,6 +91,9 @@ pub struct Info {
     pub score: f64,
     /// Where the task came from (e.g. the dataset a question belongs to), for per-source metrics.
     pub source: String,
+    /// The parts of the task score, by name, on the step that scored (WebShop's purchase: its
+    /// original verbose reward info, the paper's Table 8 decomposition); empty elsewhere.
+    pub parts: Vec<(&'static str, f64)>,
 }
 
 /// One past step, for the memory window of the prompt.

@@ -242,6 +242,24 @@ fn expert_wins(env: &mut WebshopEnv, limit: usize) -> (usize, usize) {
         }
         assert!(episode.done);
         assert_eq!(episode.total_reward, if episode.won { 10.0 } else { 0.0 });
+        // The purchase step reports its reward's parts, and only it; they give back the score.
+        let last = episode.steps.last().unwrap();
+        for step in &episode.steps[..episode.steps.len() - 1] {
+            assert!(step.info.parts.is_empty());
+        }
+        if last.action.action.starts_with("click[buy") {
+            let p: std::collections::BTreeMap<_, _> = last.info.parts.iter().copied().collect();
+            let options = p.get("w_option").copied().unwrap_or(0.0)
+                * p.get("r_option").copied().unwrap_or(0.0);
+            let total =
+                p["r_type"] * (p["w_att"] * p["r_att"] + options + p["w_price"] * p["r_price"]);
+            assert!(
+                (total - episode.score).abs() < 1e-9,
+                "{p:?} vs {}",
+                episode.score
+            );
+            assert!(p.contains_key("title_score"));
+        }
         wins += episode.won as usize;
         total += 1;
     }

@@ -182,6 +182,7 @@ pub(crate) mod tests {
             score: 0.0,
             resamples: 0,
             void: false,
+            reward_parts: Default::default(),
         }
     }
 

@@ -245,6 +245,7 @@ pub fn rollout_until<P: Policy>(
             total_reward: 0.0,
             resamples: 0,
             void: false,
+            reward_parts: Default::default(),
         };
         let tags = response_tags(env.name());
         live.push(Live {
@@ -424,6 +425,14 @@ fn finish_turn(
     l.record.success = t.info.won;
     l.record.score = t.info.score;
     l.record.void |= void;
+    if !t.info.parts.is_empty() {
+        l.record.reward_parts = t
+            .info
+            .parts
+            .iter()
+            .map(|&(k, v)| (k.to_string(), v))
+            .collect();
+    }
     l.history.push(
         l.env
             .history_entry(&l.observation, &projected, &t.observation),

@@ -118,6 +118,10 @@ pub struct EpisodeRecord {
     pub resamples: u32,
     /// Whether any turn is void (SimpleTIR filters such trajectories when switched on).
     pub void: bool,
+    /// The parts of the task score, by name, from the step that scored (WebShop's purchase:
+    /// `r_type`, `r_att`, `r_option`, `r_price`, `title_score`, …); empty elsewhere.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub reward_parts: std::collections::BTreeMap<String, f64>,
 }
 
 impl EpisodeRecord {

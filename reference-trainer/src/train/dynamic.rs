@@ -105,6 +105,7 @@ mod tests {
             total_reward: reward,
             resamples: 0,
             void: false,
+            reward_parts: Default::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 //! iteration ([`MetricsLine`]) in `metrics.jsonl`, and the log that appends them and, on
 //! resume, cuts what came after the checkpoint.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -64,6 +65,18 @@ pub struct RolloutSummary {
     pub tokens_per_second: f64,
     /// Wall seconds.
     pub seconds: f64,
+    /// Episodes whose task score came with its parts (WebShop: the episodes that bought).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub scored_episodes: usize,
+    /// The mean of each part of the task score over the episodes that report it (WebShop's
+    /// `r_type`, `r_att`, `r_option`, `r_price`, `title_score`, … over the purchases; `r_option`
+    /// over the purchases whose goal has options), the paper's Table 8 decomposition.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reward_parts: BTreeMap<String, f64>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl RolloutSummary {
@@ -92,7 +105,23 @@ impl RolloutSummary {
                 }
             }
         }
+        let mut parts: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+        for e in records {
+            for (k, &v) in &e.reward_parts {
+                let p = parts.entry(k.clone()).or_default();
+                p.0 += v;
+                p.1 += 1;
+            }
+        }
         Self {
+            scored_episodes: records
+                .iter()
+                .filter(|e| !e.reward_parts.is_empty())
+                .count(),
+            reward_parts: parts
+                .into_iter()
+                .map(|(k, (sum, n))| (k, sum / n as f64))
+                .collect(),
             episodes: records.len(),
             success_rate: records.iter().filter(|e| e.success).count() as f64 / n,
             pass_at_k: groups.values().filter(|&&s| s).count() as f64 / groups.len().max(1) as f64,
@@ -377,6 +406,7 @@ mod tests {
             total_reward: if success { 10.0 } else { 0.0 },
             resamples,
             void: false,
+            reward_parts: Default::default(),
         }
     }
 
@@ -418,6 +448,31 @@ mod tests {
         let e = RolloutSummary::of(&[], &RolloutStats::default(), 0.0);
         assert_eq!(e.success_rate, 0.0);
         assert_eq!(e.think_tokens_per_turn, 0.0);
+        // Without reward parts the summary's JSON has no such keys (Search QA, ALFWorld).
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(!json.contains("reward_parts") && !json.contains("scored_episodes"));
+        assert_eq!(serde_json::from_str::<RolloutSummary>(&json).unwrap(), s);
+    }
+
+    #[test]
+    fn reward_parts_average_over_the_episodes_that_report_them() {
+        let parts = |kv: &[(&str, f64)]| kv.iter().map(|&(k, v)| (k.to_string(), v)).collect();
+        let mut a = episode(vec![turn(5, None, true)], false, 0.5, 0);
+        a.reward_parts = parts(&[("r_type", 1.0), ("r_att", 0.5), ("r_option", 0.0)]);
+        let mut b = episode(vec![turn(5, None, true)], true, 1.0, 0);
+        b.reward_parts = parts(&[("r_type", 0.5), ("r_att", 1.0)]);
+        let c = episode(vec![turn(5, None, true)], false, 0.0, 0);
+        let s = RolloutSummary::of(&[a, b, c], &RolloutStats::default(), 1.0);
+        assert_eq!(s.scored_episodes, 2);
+        assert_eq!(s.reward_parts["r_type"], 0.75);
+        assert_eq!(s.reward_parts["r_att"], 0.75);
+        assert_eq!(
+            s.reward_parts["r_option"], 0.0,
+            "over the one episode that has it"
+        );
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"reward_parts\":{\"r_att\":0.75"), "{json}");
+        assert_eq!(serde_json::from_str::<RolloutSummary>(&json).unwrap(), s);
     }
 
     #[test]

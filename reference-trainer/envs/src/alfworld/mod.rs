@@ -221,6 +221,7 @@ impl Env for AlfworldEnv {
                 won,
                 score: if won { 1.0 } else { 0.0 },
                 source,
+                parts: Vec::new(),
             },
         }
     }

@@ -278,6 +278,7 @@ impl SearchQaEnv {
             won: reward >= 1.0,
             score: reward,
             source: self.questions[self.current].data_source.clone(),
+            parts: Vec::new(),
         };
         (reward, info)
     }

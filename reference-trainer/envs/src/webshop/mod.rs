@@ -343,6 +343,11 @@ impl Env for WebshopEnv {
         self.session.act(&self.shop.catalog, goal, &action.action);
         self.raw_observation = self.session.observation(&self.shop.catalog, goal);
         let score = self.session.bought.as_ref().map(|b| b.reward);
+        let parts = self
+            .session
+            .bought
+            .as_ref()
+            .map_or_else(Vec::new, |b| reward::parts(b, &goal.reward));
         self.done = score.is_some() || self.steps >= self.max_steps;
         let won = score == Some(1.0);
         Transition {
@@ -353,6 +358,7 @@ impl Env for WebshopEnv {
                 won,
                 score: score.unwrap_or(0.0),
                 source: self.shop.catalog.products[goal.product].category.clone(),
+                parts,
             },
         }
     }

@@ -420,6 +420,34 @@ pub fn reward(p: &Purchased, g: &RewardGoal, options: &[String]) -> RewardInfo {
     }
 }
 
+/// The parts of a purchase's reward, as the original's `get_reward(..., verbose=True)` reports
+/// them: `r_type`, `r_att` (`num_attr_matches / len(attributes)`), `r_option`
+/// (`num_option_matches / len(goal_options)`, absent when the goal has no options, where the
+/// original gives `None`), `r_price` (0/1), `title_score`, `query_match` and `category_match`
+/// (0/1), and the weights `w_att`, `w_option`, `w_price` of the three parts in the total
+/// (`reward = r_type · (w_att·r_att + w_option·r_option + w_price·r_price)`).
+pub fn parts(info: &RewardInfo, g: &RewardGoal) -> Vec<(&'static str, f64)> {
+    let (na, no) = (g.attributes.len(), g.goal_options.len());
+    let denom = (na + no + 1) as f64;
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    let mut v = vec![
+        ("r_type", info.r_type),
+        // The original divides by len(attributes) unguarded; every goal has attributes.
+        ("r_att", info.num_attr_matches as f64 / na.max(1) as f64),
+        ("w_att", na as f64 / denom),
+        ("query_match", flag(info.query_match)),
+        ("category_match", flag(info.category_match)),
+        ("title_score", info.title_score),
+    ];
+    if no > 0 {
+        v.push(("r_option", info.num_option_matches as f64 / no as f64));
+        v.push(("w_option", no as f64 / denom));
+    }
+    v.push(("r_price", flag(info.r_price)));
+    v.push(("w_price", 1.0 / denom));
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -641,6 +669,40 @@ mod tests {
         assert!((r.title_score - 0.17).abs() < 1e-2);
         assert_eq!(r.r_type, 0.5);
         assert!((r.reward - 0.2857).abs() < 1e-2, "{r:?}");
+
+        // The verbose parts put the total back together, and name the original's keys.
+        for (pp, options) in [
+            (&p, &bought),
+            (&p2, &bought),
+            (&p3, &bought),
+            (&p3, &vec![]),
+        ] {
+            let r = reward(pp, &goal, options);
+            let parts: std::collections::BTreeMap<_, _> = parts(&r, &goal).into_iter().collect();
+            let total = parts["r_type"]
+                * (parts["w_att"] * parts["r_att"]
+                    + parts["w_option"] * parts["r_option"]
+                    + parts["w_price"] * parts["r_price"]);
+            assert!((total - r.reward).abs() < 1e-12, "{parts:?} vs {r:?}");
+            assert_eq!(parts["title_score"], r.title_score);
+        }
+        let r = reward(&p3, &goal, &bought);
+        let ps = parts(&r, &goal);
+        // 3 goal attributes, 3 goal options: 3 + 3 + 1 parts in the denominator.
+        let r_att = r.num_attr_matches as f64 / 3.0;
+        assert_eq!(ps.iter().find(|(k, _)| *k == "r_att").unwrap().1, r_att);
+        assert_eq!(
+            ps.iter().find(|(k, _)| *k == "w_option").unwrap().1,
+            3.0 / 7.0
+        );
+        // A goal without options has no r_option (the original's None), and w_att + w_price = 1.
+        goal.goal_options = GoalOptions::List(vec![]);
+        let r = reward(&p3, &goal, &bought);
+        let ps: std::collections::BTreeMap<_, _> = parts(&r, &goal).into_iter().collect();
+        assert!(!ps.contains_key("r_option") && !ps.contains_key("w_option"));
+        assert!((ps["w_att"] + ps["w_price"] - 1.0).abs() < 1e-12);
+        let total = ps["r_type"] * (ps["w_att"] * ps["r_att"] + ps["w_price"] * ps["r_price"]);
+        assert!((total - r.reward).abs() < 1e-12);
     }
 
     #[test]
