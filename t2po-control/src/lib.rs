@@ -52,4 +52,4 @@ pub use error::{ConfigError, Error, RowError, Status};
 pub use signal::SignalState;
 pub use stats::{token_stats, Logit, TokenStats};
 pub use tds::{Tds, TdsCounters, TurnAccumulator, Verdict};
-pub use tti::{observe_batch, Event, Sequence, Step, ThinkStart};
+pub use tti::{observe_batch, observe_batch_stats, Event, Sequence, Step, ThinkStart};

@@ -230,11 +230,24 @@ impl Sequence {
     /// Shows the step's logits row (raw, before temperature or penalties). On a forced step the
     /// row is not read. On error the sequence is unchanged.
     pub fn observe_row<T: Logit>(&mut self, row: &[T]) -> Result<Step, Error> {
+        self.observe_row_stats(row).map(|(step, _)| step)
+    }
+
+    /// [`observe_row`](Self::observe_row), also handing back the row's [`TokenStats`] that the
+    /// step computed: `None` on a forced step, whose row is not read. A sampler that draws from
+    /// the same raw row can take the row's max and log-sum-exp from them instead of passing
+    /// over the row again (`log p(i) = x_i − log_sum_exp` at temperature 1; the max at any
+    /// temperature). The step is the one [`observe_row`](Self::observe_row) returns, bit for bit.
+    pub fn observe_row_stats<T: Logit>(
+        &mut self,
+        row: &[T],
+    ) -> Result<(Step, Option<TokenStats>), Error> {
         if let Some(step) = self.forced_step()? {
-            return Ok(step);
+            return Ok((step, None));
         }
         let w = token_stats_wide(row, self.config.top_j)?;
-        Ok(self.observe_unforced(w.entropy, w.confidence, w.stats.vocab))
+        let step = self.observe_unforced(w.entropy, w.confidence, w.stats.vocab);
+        Ok((step, Some(w.stats)))
     }
 
     /// Like [`observe_row`](Self::observe_row) with statistics computed elsewhere (a GPU kernel).
@@ -483,6 +496,34 @@ pub fn observe_batch<T: Logit>(
     row_stride: usize,
     steps: &mut [Step],
 ) -> Result<(), Error> {
+    observe_batch_impl(seqs, logits, vocab, row_stride, steps, None)
+}
+
+/// [`observe_batch`], also writing each row's statistics to `stats` (one entry per sequence:
+/// `Some` for a row the step read, `None` for a forced step and for a failed row), as
+/// [`Sequence::observe_row_stats`] returns them. `stats.len()` must equal the batch.
+pub fn observe_batch_stats<T: Logit>(
+    seqs: &mut [Sequence],
+    logits: &[T],
+    vocab: usize,
+    row_stride: usize,
+    steps: &mut [Step],
+    stats: &mut [Option<TokenStats>],
+) -> Result<(), Error> {
+    if stats.len() != seqs.len() {
+        return Err(Error::Size("one stats entry per sequence"));
+    }
+    observe_batch_impl(seqs, logits, vocab, row_stride, steps, Some(stats))
+}
+
+fn observe_batch_impl<T: Logit>(
+    seqs: &mut [Sequence],
+    logits: &[T],
+    vocab: usize,
+    row_stride: usize,
+    steps: &mut [Step],
+    mut stats: Option<&mut [Option<TokenStats>]>,
+) -> Result<(), Error> {
     let batch = seqs.len();
     if batch == 0 || steps.len() != batch {
         return Err(Error::Size("batch must be >= 1 with one step per sequence"));
@@ -501,16 +542,21 @@ pub fn observe_batch<T: Logit>(
     let mut failed = 0;
     for (b, (seq, out)) in seqs.iter_mut().zip(steps.iter_mut()).enumerate() {
         let row = &logits[b * row_stride..b * row_stride + vocab];
-        *out = match seq.observe_row(row) {
-            Ok(step) => step,
+        let (step, row_stats) = match seq.observe_row_stats(row) {
+            Ok(r) => r,
             Err(e) => {
                 failed += 1;
-                Step {
+                let step = Step {
                     status: Status::from(e) as u32,
                     ..Step::default()
-                }
+                };
+                (step, None)
             }
         };
+        *out = step;
+        if let Some(s) = stats.as_deref_mut() {
+            s[b] = row_stats;
+        }
     }
     if failed > 0 {
         return Err(Error::BatchRows { failed });
@@ -668,5 +714,60 @@ mod tests {
             Err(Error::TokenOutOfRow { token: 2, len: 2 })
         );
         assert_eq!(Step::default().apply(&mut row), Ok(false));
+    }
+
+    #[test]
+    fn observe_batch_stats_equals_observe_batch_and_hands_back_each_read_rows_stats() {
+        // Two identical batches of three sequences: one sees `observe_batch`, the other
+        // `observe_batch_stats`, over rows that make sequence 0 fire (then force) early.
+        let mut c = cfg();
+        c.min_len = 2;
+        c.max_think = 4;
+        const V: usize = 37;
+        let seq = Sequence::new(&c).unwrap();
+        let mut plain = [seq; 3];
+        for s in &mut plain {
+            s.begin_generation(ThinkStart::Inside);
+        }
+        let mut with = plain;
+        let mut rows = [0f32; 3 * V];
+        let (mut a, mut b) = ([Step::default(); 3], [Step::default(); 3]);
+        let mut stats = [None; 3];
+        let mut forced_seen = 0;
+        for t in 0..8u32 {
+            for (i, x) in rows.iter_mut().enumerate() {
+                *x = ((i as u32 * 7 + t * 13) % 23) as f32 * 0.31 - 3.0;
+            }
+            observe_batch(&mut plain, &rows, V, V, &mut a).unwrap();
+            observe_batch_stats(&mut with, &rows, V, V, &mut b, &mut stats).unwrap();
+            assert_eq!(a, b);
+            for r in 0..3 {
+                match a[r].forced() {
+                    Some(tok) => {
+                        forced_seen += 1;
+                        assert_eq!(stats[r], None, "a forced step reads no row");
+                        plain[r].accept(tok).unwrap();
+                        with[r].accept(tok).unwrap();
+                    }
+                    None => {
+                        let row = &rows[r * V..(r + 1) * V];
+                        let want = crate::stats::token_stats(row, c.top_j).unwrap();
+                        assert_eq!(stats[r], Some(want));
+                        plain[r].accept(100).unwrap();
+                        with[r].accept(100).unwrap();
+                    }
+                }
+            }
+            assert_eq!(plain, with);
+        }
+        assert!(forced_seen > 0, "the test must cover forced steps");
+        // A stats slice of the wrong length changes nothing.
+        let before = with;
+        let mut short = [None; 2];
+        assert!(matches!(
+            observe_batch_stats(&mut with, &rows, V, V, &mut b, &mut short),
+            Err(Error::Size(_))
+        ));
+        assert_eq!(with, before);
     }
 }

@@ -1,12 +1,18 @@
 //! The one per-token caller of the control kernel. Each decode step, in the spec's order:
-//! the **raw** logits of every active row go through `t2po_control::observe_batch` (statistics,
-//! `M_t`, the TTI decision); a forced step replaces sampling; otherwise temperature / top-p
-//! sampling draws one token from the row's own generator; then `accept(token)`.
+//! the **raw** logits of every active row go through `t2po_control::observe_batch_stats`
+//! (statistics, `M_t`, the TTI decision); a forced step replaces sampling; otherwise temperature /
+//! top-p sampling draws one token from the row's own generator; then `accept(token)`.
+//!
+//! The draw reuses what the kernel's pass over the row computed: the row's max (no max pass of
+//! its own at any temperature) and, at `T = 1` without a nucleus, its log-sum-exp, so the draw's
+//! inverse-CDF search stops at the drawn entry instead of exponentiating the whole row first, and
+//! greedy decoding needs no exponential at all. A sampler without the kernel
+//! ([`Sampler::sample_only`]) makes both passes itself.
 
 use rand::Rng;
 use rand_chacha::ChaCha12Rng;
 use rayon::prelude::*;
-use t2po_control::{observe_batch, Event, Sequence, Step};
+use t2po_control::{observe_batch_stats, Event, Sequence, Step, TokenStats};
 
 use crate::error::{Error, Result};
 use crate::model::fused::{exp_neg, max_of};
@@ -93,6 +99,68 @@ struct RowScratch {
     order: Vec<u32>,
 }
 
+/// The first entry of `row` at which the running sum of `e^(row[i] − max)` exceeds `target`,
+/// block by block (the same exponentials and 16-lane block sums as [`exp_blocks`] at `T = 1`,
+/// so the same entry for the same target), stopping there: on average half a row of
+/// exponentials, none stored beyond one block. `None` when the whole row sums to at most
+/// `target` (rounding, with `target` from another pass's sum).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn search_cumulative(row: &[f32], max: f32, target: f64) -> Option<usize> {
+    const L: usize = 16;
+    let mut block = [0f32; BLOCK];
+    let mut acc = 0.0f64;
+    for (j, x) in row.chunks(BLOCK).enumerate() {
+        let p = &mut block[..x.len()];
+        let mut lanes = [0f32; L];
+        let xc = x.chunks_exact(L);
+        let xr = xc.remainder();
+        let mut pc = p.chunks_exact_mut(L);
+        for (xv, pv) in xc.zip(&mut pc) {
+            for k in 0..L {
+                let e = exp_neg(xv[k] - max);
+                let e = if xv[k] == f32::NEG_INFINITY { 0.0 } else { e };
+                pv[k] = e;
+                lanes[k] += e;
+            }
+        }
+        let mut sum: f32 = lanes.iter().sum();
+        for (&xi, pi) in xr.iter().zip(pc.into_remainder()) {
+            let e = if xi == f32::NEG_INFINITY {
+                0.0
+            } else {
+                exp_neg(xi - max)
+            };
+            *pi = e;
+            sum += e;
+        }
+        let bs = sum as f64;
+        if acc + bs <= target {
+            acc += bs;
+            continue;
+        }
+        let mut inner = acc;
+        for (i, &e) in p.iter().enumerate() {
+            inner += e as f64;
+            if inner > target && e > 0.0 {
+                return Some(j * BLOCK + i);
+            }
+        }
+        // The block's lane sum and its entries summed in order can differ by a rounding.
+        if let Some(i) = p.iter().rposition(|&e| e > 0.0) {
+            return Some(j * BLOCK + i);
+        }
+        acc += bs;
+    }
+    None
+}
+
+/// The last entry whose `e^(x − max)` is not 0 (where an inverse-CDF search lands at `u → 1`).
+fn last_positive(row: &[f32], max: f32) -> usize {
+    row.iter()
+        .rposition(|&x| x != f32::NEG_INFINITY && exp_neg(x - max) > 0.0)
+        .unwrap_or(0)
+}
+
 /// `probs[i] = e^((row[i] − max)·inv_t)` (0 for masked `−inf` entries) and `blocks[j]` the sum
 /// of block `j`'s entries (f32 lanes, then f64): one vectorised pass over the row. `exp` is the
 /// fused kernels' ([`exp_neg`], ≤ 4e-7 relative; arguments are ≤ 0 after the max).
@@ -133,7 +201,11 @@ fn exp_blocks(row: &[f32], max: f32, inv_t: f32, probs: &mut [f32], blocks: &mut
 impl RowScratch {
     /// Fills `probs` and `blocks` for `row`; returns the row's max and `Σ probs`.
     fn exp_pass(&mut self, row: &[f32], inv_t: f32) -> (f32, f64) {
-        let max = max_of(row);
+        self.exp_pass_from(row, max_of(row), inv_t)
+    }
+
+    /// [`exp_pass`](Self::exp_pass) with the row's max already known.
+    fn exp_pass_from(&mut self, row: &[f32], max: f32, inv_t: f32) -> (f32, f64) {
         self.probs.resize(row.len(), 0.0);
         self.blocks.resize(row.len().div_ceil(BLOCK), 0.0);
         exp_blocks(row, max, inv_t, &mut self.probs, &mut self.blocks);
@@ -146,6 +218,8 @@ impl RowScratch {
 pub struct Sampler {
     params: SamplingParams,
     steps: Vec<Step>,
+    /// The kernel's statistics of each row (`None` on forced steps).
+    stats: Vec<Option<TokenStats>>,
     /// One per parallel chunk of rows.
     scratch: Vec<RowScratch>,
 }
@@ -157,6 +231,7 @@ impl Sampler {
         Ok(Self {
             params,
             steps: Vec::new(),
+            stats: Vec::new(),
             scratch: Vec::new(),
         })
     }
@@ -200,6 +275,7 @@ impl Sampler {
             ));
         }
         self.steps.resize(b, Step::default());
+        self.stats.resize(b, None);
         out.clear();
         out.resize(b, NO_DRAW);
         let per = self.chunks(b);
@@ -208,10 +284,11 @@ impl Sampler {
             .zip(rngs.par_chunks_mut(per))
             .zip(logits.par_chunks(per * vocab))
             .zip(self.steps.par_chunks_mut(per))
+            .zip(self.stats.par_chunks_mut(per))
             .zip(out.par_chunks_mut(per))
             .zip(self.scratch.par_iter_mut())
-            .try_for_each(|(((((s, g), l), st), o), sc)| -> Result<()> {
-                observe_batch(s, l, vocab, vocab, st)?;
+            .try_for_each(|((((((s, g), l), st), ks), o), sc)| -> Result<()> {
+                observe_batch_stats(s, l, vocab, vocab, st, ks)?;
                 for (r, row) in l.chunks_exact(vocab).enumerate() {
                     let step = st[r];
                     let forced = step.forced();
@@ -225,7 +302,7 @@ impl Sampler {
                             }
                             (t, log_prob(&params, sc, row, t))
                         }
-                        None => draw(&params, sc, row, &mut g[r]),
+                        None => draw_with(&params, sc, row, &mut g[r], ks[r].as_ref()),
                     };
                     s[r].accept(token)?;
                     let event = match step.event {
@@ -305,8 +382,44 @@ fn draw(
     row: &[f32],
     rng: &mut ChaCha12Rng,
 ) -> (u32, f32) {
+    draw_with(params, sc, row, rng, None)
+}
+
+/// [`draw`], with the control kernel's statistics of the same raw row when it computed them:
+/// its max replaces the max pass; at `T = 0` the argmax and `x − lse` need no exponential; at
+/// `T = 1` without a nucleus the search runs against `u·e^(lse − max)` and stops at the drawn
+/// entry. That total comes from the kernel's own sum (both within ~1e-6 relative of the exact
+/// one), so a draw can differ from [`draw`]'s only when `u` falls within that rounding of a
+/// boundary between two entries (with `u` within it of 1, the last entry of non-zero
+/// probability, as an inverse-CDF draw at `u → 1`). Log-probs are `x − lse` (the kernel's
+/// log-sum-exp: ≤ 1e-6 absolute error plus the f32 rounding of `lse`).
+fn draw_with(
+    params: &SamplingParams,
+    sc: &mut RowScratch,
+    row: &[f32],
+    rng: &mut ChaCha12Rng,
+    known: Option<&TokenStats>,
+) -> (u32, f32) {
     let inv_t = inverse_temperature(params);
-    let (max, total) = sc.exp_pass(row, inv_t);
+    if let Some(k) = known {
+        let (max, lse) = (k.max_logit, k.log_sum_exp);
+        if params.temperature == 0.0 {
+            let _: f64 = rng.random::<f64>();
+            let token = row.iter().position(|&v| v == max).unwrap_or(0);
+            return (token as u32, row[token] - lse);
+        }
+        if params.temperature == 1.0 && params.top_p >= 1.0 {
+            let u: f64 = rng.random::<f64>();
+            let total = (lse as f64 - max as f64).exp();
+            let token =
+                search_cumulative(row, max, u * total).unwrap_or_else(|| last_positive(row, max));
+            return (token as u32, row[token] - lse);
+        }
+    }
+    let (max, total) = match known {
+        Some(k) => sc.exp_pass_from(row, k.max_logit, inv_t),
+        None => sc.exp_pass(row, inv_t),
+    };
     let u: f64 = rng.random::<f64>();
     if params.temperature == 0.0 {
         // The first entry equal to the row's maximum, which the exp pass has found (NaN
@@ -606,5 +719,68 @@ mod tests {
         assert!(emitted[6].1 && emitted[7].1 && !emitted[5].1);
         assert!(emitted.iter().filter(|e| e.2 != Event::None).count() == 1);
         assert!(seqs[0].fired().is_some());
+    }
+
+    #[test]
+    fn draws_from_the_kernels_statistics_equal_the_samplers_own_passes() {
+        // Rows of several lengths (one block, blocks with a partial tail, the default vocab),
+        // peaked and flat, with a masked tail; the kernel's statistics of each row handed to
+        // the draw give the same tokens as the sampler's own two passes from the same
+        // generator states, and log-probs within 1e-5 of an f64 reference.
+        let mut g = ChaCha12Rng::seed_from_u64(11);
+        let mut rows = Vec::new();
+        for (len, scale) in [(10usize, 1.0f32), (300, 3.0), (4096, 2.0), (4096, 12.0)] {
+            let mut row: Vec<f32> = (0..len).map(|_| g.random::<f32>() * scale - 5.0).collect();
+            let tail = len / 10;
+            row[len - tail..].fill(f32::NEG_INFINITY);
+            rows.push(row);
+        }
+        let params = [
+            (1.0f32, 1.0f32),
+            (0.0, 1.0),
+            (0.7, 1.0),
+            (1.0, 0.9),
+            (1.3, 0.95),
+        ];
+        for (temperature, top_p) in params {
+            let params = SamplingParams { temperature, top_p };
+            for row in &rows {
+                let stats = t2po_control::token_stats(row.as_slice(), 20).unwrap();
+                assert_eq!(stats.max_logit, max_of(row));
+                let t = if temperature > 0.0 {
+                    temperature as f64
+                } else {
+                    1.0
+                };
+                let p = softmax64(row, t);
+                let (mut a, mut b) = (RowScratch::default(), RowScratch::default());
+                let mut ga = ChaCha12Rng::seed_from_u64(row.len() as u64);
+                let mut gb = ga.clone();
+                let mut mismatches = 0;
+                for _ in 0..2_000 {
+                    let (ta, _) = draw(&params, &mut a, row, &mut ga);
+                    let (tb, lb) = draw_with(&params, &mut b, row, &mut gb, Some(&stats));
+                    if ta != tb {
+                        // Only where `u` falls within the two sums' rounding of the boundary
+                        // between two neighbouring entries of non-zero probability.
+                        mismatches += 1;
+                        let (lo, hi) = (ta.min(tb) as usize, ta.max(tb) as usize);
+                        assert!(
+                            p[lo + 1..hi].iter().all(|&q| q == 0.0),
+                            "{ta} vs {tb}: not neighbours (T {temperature}, V {})",
+                            row.len()
+                        );
+                    }
+                    let want = p[tb as usize].ln();
+                    assert!((lb as f64 - want).abs() < 1e-5, "{lb} vs {want}");
+                }
+                assert_eq!(ga, gb, "the generators advance alike");
+                // Expected: about u·V·(relative difference of the sums, ≤ 1e-6) per draw.
+                assert!(mismatches <= 10, "{mismatches} of 2000 draws differ");
+                if temperature != 1.0 || top_p < 1.0 {
+                    assert_eq!(mismatches, 0, "only T = 1 takes the kernel's sum");
+                }
+            }
+        }
     }
 }
