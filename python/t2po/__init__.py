@@ -128,6 +128,7 @@ class Trigger(enum.IntEnum):
 
     WINDOW_MEAN = 0
     PATIENCE = 1
+    PEAK_CUT = 2
 
 
 class TurnMean(enum.IntEnum):

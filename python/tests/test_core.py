@@ -31,7 +31,16 @@ def test_version_and_status_numbers_match_the_header():
     body = re.search(r"enum t2po_status\n.*?\{(.*?)\};", text, re.S).group(1)
     header = {m.group(1): int(m.group(2)) for m in re.finditer(r"T2PO_STATUS_(\w+) = (\d+)", body)}
     assert header == {s.name: int(s) for s in Status}
-    for kind, enum in (("event", Event), ("think_start", ThinkStart), ("keep", t2po.Keep)):
+    for kind, enum in (
+        ("event", Event),
+        ("think_start", ThinkStart),
+        ("keep", t2po.Keep),
+        ("trigger", t2po.Trigger),
+        ("norm", t2po.Norm),
+        ("term", t2po.Term),
+        ("turn_mean", t2po.TurnMean),
+        ("tds_rule", t2po.TdsRule),
+    ):
         body = re.search(rf"enum t2po_{kind}\n.*?\{{(.*?)\}};", text, re.S).group(1)
         found = {m.group(1): int(m.group(2)) for m in re.finditer(rf"T2PO_{kind.upper()}_(\w+) = (\d+)", body)}
         assert found == {e.name: int(e) for e in enum}

@@ -53,6 +53,10 @@
 // `t2po_seq.flags`: the think block of this generation closed.
 #define T2PO_SEQ_DONE (1 << 7)
 
+// `t2po_seq.flags`: `M_t` fell at an observed step and has not risen since (the trough that
+// `T2PO_TRIGGER_PEAK_CUT` waits for).
+#define T2PO_SEQ_FALLING (1 << 8)
+
 // Status codes of the C ABI (`t2po_status`). `OK` is 0; numbers are fixed forever.
 enum t2po_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -201,6 +205,13 @@ enum t2po_trigger
   T2PO_TRIGGER_WINDOW_MEAN = 0,
   // A counter reset by `Δ > tol` and incremented otherwise reaches `patience` (released).
   T2PO_TRIGGER_PATIENCE = 1,
+  // Peak-cut, the ablation the paper argues against (§4.2, "why not truncate at the peak",
+  // Fig. 4): cut at the first peak of uncertainty, i.e. the first local minimum of `M_t`
+  // (which is high for confident, low-entropy rows): `M_{t−1}` fell below the value before
+  // it (level steps after the fall keep the trough) and `M_t > M_{t−1}`, at `t ≥ L_min`.
+  // The rise is seen one step after the trough, so the queue starts two tokens after it.
+  // `window`, `ε`, `patience` are not used.
+  T2PO_TRIGGER_PEAK_CUT = 2,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -65,6 +65,13 @@ pub enum Trigger {
     WindowMean = 0,
     /// A counter reset by `Δ > tol` and incremented otherwise reaches `patience` (released).
     Patience = 1,
+    /// Peak-cut, the ablation the paper argues against (§4.2, "why not truncate at the peak",
+    /// Fig. 4): cut at the first peak of uncertainty, i.e. the first local minimum of `M_t`
+    /// (which is high for confident, low-entropy rows): `M_{t−1}` fell below the value before
+    /// it (level steps after the fall keep the trough) and `M_t > M_{t−1}`, at `t ≥ L_min`.
+    /// The rise is seen one step after the trough, so the queue starts two tokens after it.
+    /// `window`, `ε`, `patience` are not used.
+    PeakCut = 2,
 }
 
 /// How the turn signal Φ aggregates M_t.
@@ -111,7 +118,7 @@ macro_rules! from_u32 {
 from_u32!(Profile, "profile", [Paper, Released]);
 from_u32!(Norm, "norm", [RunningMinMax, LnVocab, Identity]);
 from_u32!(Term, "term", [Direct, Complement, Negate]);
-from_u32!(Trigger, "trigger", [WindowMean, Patience]);
+from_u32!(Trigger, "trigger", [WindowMean, Patience, PeakCut]);
 from_u32!(TurnMean, "turn_mean", [Geometric, Arithmetic]);
 from_u32!(TdsRule, "tds_rule", [BelowEta, OpenInterval]);
 from_u32!(Keep, "keep", [Last, Best]);

@@ -135,6 +135,9 @@ pub const SEQ_FIRED: u32 = 1 << 5;
 pub const SEQ_QUEUE: u32 = 1 << 6;
 /// `t2po_seq.flags`: the think block of this generation closed.
 pub const SEQ_DONE: u32 = 1 << 7;
+/// `t2po_seq.flags`: `M_t` fell at an observed step and has not risen since (the trough that
+/// [`Trigger::PeakCut`](crate::Trigger::PeakCut) waits for).
+pub const SEQ_FALLING: u32 = 1 << 8;
 
 /// The controller of one sequence (`t2po_seq`): signal ranges, TTI state, forced queue and the
 /// turn accumulator for Φ. Caller-allocated, fixed-size, never allocates.
@@ -292,7 +295,15 @@ impl Sequence {
         let cfg = &self.config;
         let m = self.signal.update_wide(cfg, entropy, confidence, vocab);
         self.t = self.t.saturating_add(1);
+        // A local minimum of `M` one step back: it fell (maybe then stayed level) and now rises.
+        let mut trough = false;
         if self.t >= 2 {
+            trough = self.flags & SEQ_FALLING != 0 && m > self.prev_m;
+            if m < self.prev_m {
+                self.flags |= SEQ_FALLING;
+            } else if m > self.prev_m {
+                self.flags &= !SEQ_FALLING;
+            }
             let delta = (m - self.prev_m).abs();
             self.deltas[self.head as usize % WINDOW_CAPACITY] = delta;
             self.head = (self.head + 1) % WINDOW_CAPACITY as u32;
@@ -313,6 +324,8 @@ impl Sequence {
             let converged = self.t >= cfg.min_len
                 && if cfg.trigger == Trigger::Patience as u32 {
                     self.calm >= cfg.patience
+                } else if cfg.trigger == Trigger::PeakCut as u32 {
+                    trough
                 } else {
                     self.window_mean().is_some_and(|mean| mean < cfg.epsilon)
                 };

@@ -54,7 +54,7 @@ fn stat_stream() -> impl Strategy<Value = Vec<(f32, f32)>> {
 prop_compose! {
     fn config()(
         released_signal in prop::bool::ANY,
-        patience_rule in prop::bool::ANY,
+        trigger in 0u32..3,
         min_len in 0u32..40,
         window in 0u32..8,
         epsilon in 0.0f32..0.3,
@@ -64,7 +64,7 @@ prop_compose! {
         queue_tail in prop::collection::vec(0u32..100, 0..7),
     ) -> Config {
         let mut c = if released_signal { Config::released() } else { Config::paper() };
-        c.trigger = if patience_rule { Trigger::Patience } else { Trigger::WindowMean } as u32;
+        c.trigger = Trigger::from_u32(trigger).unwrap() as u32;
         c.min_len = min_len;
         c.window = window;
         c.epsilon = epsilon;
@@ -97,6 +97,20 @@ fn naive_window_mean(ms: &[f32], n: usize) -> Option<f32> {
 }
 
 /// Naive patience count: consecutive small deltas ending at the last M.
+/// Whether `ms` ends one step after a local minimum: the last value rises above the one before
+/// it, which is below the nearest different value before it (level runs are one trough).
+fn naive_trough(ms: &[f32]) -> bool {
+    let t = ms.len();
+    if t < 3 || ms[t - 1] <= ms[t - 2] {
+        return false;
+    }
+    let mut k = t - 2;
+    while k > 0 && ms[k - 1] == ms[k] {
+        k -= 1;
+    }
+    k > 0 && ms[k - 1] > ms[k]
+}
+
 fn naive_calm(ms: &[f32], tol: f32) -> u32 {
     let mut calm = 0;
     for w in ms.windows(2) {
@@ -144,6 +158,8 @@ proptest! {
                 let armed = inside && !done && events == 0;
                 let converged = t >= cfg.min_len && if cfg.trigger == Trigger::Patience as u32 {
                     naive_calm(&ms, cfg.patience_tol) >= cfg.patience
+                } else if cfg.trigger == Trigger::PeakCut as u32 {
+                    naive_trough(&ms)
                 } else {
                     naive_window_mean(&ms, n).is_some_and(|m| m < cfg.epsilon)
                 };

@@ -446,7 +446,13 @@ T2PO_HD t2po_step t2po_dev_observe(t2po_seq* q, const t2po_token_stats* st) {
   }
   float m = t2po_signal_update(&q->signal, cfg, st);
   q->t = t2po_sat_inc(q->t);
+  /* A local minimum of M one step back (T2PO_TRIGGER_PEAK_CUT): it fell, maybe stayed level,
+     and now rises. */
+  int trough = 0;
   if (q->t >= 2u) {
+    trough = (q->flags & T2PO_SEQ_FALLING) && m > q->prev_m;
+    if (m < q->prev_m) q->flags |= T2PO_SEQ_FALLING;
+    else if (m > q->prev_m) q->flags &= ~T2PO_SEQ_FALLING;
     float delta = fabsf(m - q->prev_m);
     q->deltas[q->head % 32u] = delta;
     q->head = (q->head + 1u) % 32u;
@@ -461,6 +467,8 @@ T2PO_HD t2po_step t2po_dev_observe(t2po_seq* q, const t2po_token_stats* st) {
     if (q->t >= cfg->min_len) {
       if (cfg->trigger == 1u) {
         converged = q->calm >= cfg->patience;
+      } else if (cfg->trigger == 2u) {
+        converged = trough;
       } else {
         float mean;
         converged = t2po_window_mean(q, &mean) && mean < cfg->epsilon;

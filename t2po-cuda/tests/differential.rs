@@ -151,12 +151,14 @@ proptest! {
 
     /// The device state machine evolves the `t2po_seq` bytes exactly as `Sequence` does.
     #[test]
-    fn state_machine_is_bit_identical(released in any::<bool>(), patience in any::<bool>(),
+    fn state_machine_is_bit_identical(released in any::<bool>(), trigger in 0u32..3,
                                       min_len in 0u32..20, max_think in 1u32..80,
                                       start in 0u32..3,
                                       ops in prop::collection::vec((0.0f32..8.0, 0.0f32..16.0, 0u32..12, any::<bool>()), 1..300)) {
         let mut cfg = if released { Config::released() } else { Config::paper() };
-        if patience { cfg.trigger = t2po_control::Trigger::Patience as u32; cfg.patience = 5; cfg.patience_tol = 0.05; }
+        // Window mean, patience or peak-cut.
+        cfg.trigger = t2po_control::Trigger::from_u32(trigger).unwrap() as u32;
+        if trigger == t2po_control::Trigger::Patience as u32 { cfg.patience = 5; cfg.patience_tol = 0.05; }
         cfg.min_len = min_len.min(max_think);
         cfg.max_think = max_think;
         cfg.think_open = 3;

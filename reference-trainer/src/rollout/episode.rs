@@ -48,6 +48,29 @@ pub enum ProfileName {
     Released,
 }
 
+/// A serialisable [`Trigger`](t2po_control::Trigger): TTI's convergence rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TriggerName {
+    /// The paper's window mean of |ΔM| below ε.
+    WindowMean,
+    /// The released code's patience counter.
+    Patience,
+    /// Peak-cut: the first local minimum of `M_t` (the uncertainty peak), the paper's argued
+    /// ablation of the trigger rule.
+    PeakCut,
+}
+
+impl From<TriggerName> for t2po_control::Trigger {
+    fn from(t: TriggerName) -> Self {
+        match t {
+            TriggerName::WindowMean => t2po_control::Trigger::WindowMean,
+            TriggerName::Patience => t2po_control::Trigger::Patience,
+            TriggerName::PeakCut => t2po_control::Trigger::PeakCut,
+        }
+    }
+}
+
 impl From<ProfileName> for Profile {
     fn from(p: ProfileName) -> Self {
         match p {

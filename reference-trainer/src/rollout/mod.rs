@@ -10,6 +10,7 @@ pub mod trajectory;
 
 pub use episode::{
     rollout, rollout_until, ControlSwitches, EpisodeSpec, ProfileName, RolloutConfig, RolloutStats,
+    TriggerName,
 };
 pub use policy::{CandleDecode, Policy, Prefilled, QwenCache};
 pub use pool::{encyclopedia, EnvKind, EnvPool, PoolSize, Split};

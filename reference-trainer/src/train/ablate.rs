@@ -3,8 +3,9 @@
 //! only), T²PO −TTI and T²PO −TDS (the default arms), and on request the baselines and
 //! ablations that are switches of the same trainer: a hard thinking budget, SimpleTIR's
 //! void-turn filter, `M_t` from entropy alone or confidence alone, and DAPO (dynamic
-//! sampling and clip-higher on GRPO), T²PO without the cold start's SFT (−RFT), and the
-//! length-penalty baseline (Kimi k1.5's length reward on GiGPO); a markdown table of
+//! sampling and clip-higher on GRPO), T²PO without the cold start's SFT (−RFT), the
+//! length-penalty baseline (Kimi k1.5's length reward on GiGPO) and peak-cut (TTI at the first
+//! uncertainty peak instead of where `M_t` converged); a markdown table of
 //! held-out results (mean ± std over seeds) and a chart of held-out success per variant.
 
 use std::path::{Path, PathBuf};
@@ -16,6 +17,7 @@ use super::rft::Reporter;
 use super::run::{train, RunOptions};
 use crate::algo::Estimator;
 use crate::error::{Error, Result};
+use crate::rollout::TriggerName;
 use candle_core::Device;
 
 /// One arm of the comparison.
@@ -48,6 +50,9 @@ pub enum Variant {
     /// GiGPO (no TTI, no TDS) with Kimi k1.5's length reward on the thinking tokens
     /// (`algo::length`), weight `algo.length_reward` or [`LENGTH_REWARD_WEIGHT`] when it is 0.
     LengthReward,
+    /// T²PO whose TTI cuts at the first uncertainty peak (the first local minimum of `M_t`)
+    /// instead of where `M_t` converged: the paper's ablation of the trigger rule (§4.2).
+    PeakCut,
 }
 
 /// The length-penalty arm's weight when the config's `algo.length_reward` is 0 (a tenth of
@@ -66,7 +71,7 @@ impl Variant {
     ];
 
     /// Every arm, in table order.
-    pub const ALL: [Variant; 12] = [
+    pub const ALL: [Variant; 13] = [
         Variant::T2po,
         Variant::Gigpo,
         Variant::Grpo,
@@ -79,6 +84,7 @@ impl Variant {
         Variant::Dapo,
         Variant::NoRft,
         Variant::LengthReward,
+        Variant::PeakCut,
     ];
 
     /// The arm of this [`name`](Self::name) (case-insensitive).
@@ -110,6 +116,7 @@ impl Variant {
             Variant::Dapo => "DAPO",
             Variant::NoRft => "T2PO-RFT",
             Variant::LengthReward => "GiGPO-length-reward",
+            Variant::PeakCut => "T2PO-peak-cut",
         }
     }
 
@@ -117,9 +124,11 @@ impl Variant {
     pub fn apply(self, base: &TrainConfig) -> TrainConfig {
         let mut c = base.clone();
         let (tti, tds, est) = match self {
-            Variant::T2po | Variant::EntropyOnly | Variant::ConfidenceOnly | Variant::NoRft => {
-                (true, true, Estimator::Gigpo)
-            }
+            Variant::T2po
+            | Variant::EntropyOnly
+            | Variant::ConfidenceOnly
+            | Variant::NoRft
+            | Variant::PeakCut => (true, true, Estimator::Gigpo),
             Variant::Gigpo | Variant::HardBudget | Variant::FilterVoid | Variant::LengthReward => {
                 (false, false, Estimator::Gigpo)
             }
@@ -146,6 +155,7 @@ impl Variant {
             Variant::LengthReward if c.algo.length_reward == 0.0 => {
                 c.algo.length_reward = LENGTH_REWARD_WEIGHT;
             }
+            Variant::PeakCut => c.control.trigger = Some(TriggerName::PeakCut),
             _ => {}
         }
         c
@@ -357,6 +367,11 @@ mod tests {
         assert_eq!(get(Variant::Dapo), (false, false, Estimator::Grpo));
         assert_eq!(get(Variant::NoRft), (true, true, Estimator::Gigpo));
         assert_eq!(get(Variant::LengthReward), (false, false, Estimator::Gigpo));
+        assert_eq!(get(Variant::PeakCut), (true, true, Estimator::Gigpo));
+        assert_eq!(
+            Variant::PeakCut.apply(&base).control.trigger,
+            Some(TriggerName::PeakCut)
+        );
         let no_rft = Variant::NoRft.apply(&base);
         assert!(no_rft.rft.demo_tasks == 0 && no_rft.rft.rounds == 0);
         assert_eq!(
@@ -392,6 +407,7 @@ mod tests {
             c.rft.demo_tasks = base.rft.demo_tasks;
             c.rft.rounds = base.rft.rounds;
             c.algo.length_reward = base.algo.length_reward;
+            c.control.trigger = base.control.trigger;
             assert_eq!(c, base, "{}", v.name());
         }
         // Names round-trip; a wrong one lists the right ones.
@@ -422,6 +438,29 @@ mod tests {
         bad.control.alpha = Some(1.5);
         let e = bad.validate(Path::new("x.toml")).unwrap_err().to_string();
         assert!(e.contains("control.alpha"), "{e}");
+        // The trigger too; and with the hard budget, which has no convergence rule, it is refused.
+        let trigger = |v: Variant| {
+            v.apply(&base)
+                .rollout_config(&tokens, 1.0, 0)
+                .unwrap()
+                .control
+                .trigger
+        };
+        assert_eq!(
+            trigger(Variant::PeakCut),
+            t2po_control::Trigger::PeakCut as u32
+        );
+        assert_eq!(
+            trigger(Variant::T2po),
+            t2po_control::Trigger::WindowMean as u32
+        );
+        let mut both = Variant::HardBudget.apply(&base);
+        both.control.trigger = Some(TriggerName::PeakCut);
+        let e = both.validate(Path::new("x.toml")).unwrap_err().to_string();
+        assert!(
+            e.contains("control.trigger") && e.contains("hard_budget"),
+            "{e}"
+        );
     }
 
     #[test]

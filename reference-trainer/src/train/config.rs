@@ -16,7 +16,7 @@ use crate::algo::{
 use crate::error::{Error, Result};
 use crate::model::Qwen3Config;
 use crate::rollout::{
-    ControlSwitches, EnvKind, PoolSize, ProfileName, RolloutConfig, SamplingParams,
+    ControlSwitches, EnvKind, PoolSize, ProfileName, RolloutConfig, SamplingParams, TriggerName,
 };
 use crate::tokenizer::ControlTokens;
 use crate::train::AdamWConfig;
@@ -128,6 +128,11 @@ pub struct ControlSection {
     /// 1: entropy only, 0: confidence only (the paper's ablation of the fusion).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alpha: Option<f32>,
+    /// TTI's convergence rule, `window_mean`, `patience` or `peak_cut`; unset: the profile's
+    /// (paper: window mean, released: patience). `peak_cut` cuts at the first local minimum of
+    /// `M_t`, the ablation of the trigger rule the paper argues against (§4.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<TriggerName>,
 }
 
 /// Returns, advantages and the loss.
@@ -398,6 +403,14 @@ impl TrainConfig {
         if let Some(alpha) = k.alpha {
             c.real("control.alpha", alpha as f64, Closed(0.0), Closed(1.0))?;
         }
+        if k.trigger.is_some() && k.hard_budget {
+            return c.fail(
+                "control.trigger",
+                "set with hard_budget = true: the hard budget has no convergence rule (only \
+                 L_max cuts thinking); unset one of them"
+                    .to_string(),
+            );
+        }
         if k.min_len > k.max_think {
             return c.fail(
                 "control.min_len",
@@ -576,6 +589,9 @@ impl TrainConfig {
         control.max_resamples = k.max_resamples;
         if let Some(alpha) = k.alpha {
             control.alpha = alpha;
+        }
+        if let Some(trigger) = k.trigger {
+            control.trigger = t2po_control::Trigger::from(trigger) as u32;
         }
         control.validate().map_err(t2po_control::Error::from)?;
         let r = &self.rollout;
