@@ -199,6 +199,14 @@ fn exp_blocks(row: &[f32], max: f32, inv_t: f32, probs: &mut [f32], blocks: &mut
 }
 
 impl RowScratch {
+    /// Sizes the buffers for rows of `vocab` entries: the first step of a batch allocates them,
+    /// whichever draws it makes (a draw from the kernel's statistics leaves them unused, and
+    /// the first forced row, many steps later, would otherwise allocate mid-generation).
+    fn fit(&mut self, vocab: usize) {
+        self.probs.resize(vocab, 0.0);
+        self.blocks.resize(vocab.div_ceil(BLOCK), 0.0);
+    }
+
     /// Fills `probs` and `blocks` for `row`; returns the row's max and `Σ probs`.
     fn exp_pass(&mut self, row: &[f32], inv_t: f32) -> (f32, f64) {
         self.exp_pass_from(row, max_of(row), inv_t)
@@ -288,6 +296,7 @@ impl Sampler {
             .zip(out.par_chunks_mut(per))
             .zip(self.scratch.par_iter_mut())
             .try_for_each(|((((((s, g), l), st), ks), o), sc)| -> Result<()> {
+                sc.fit(vocab);
                 observe_batch_stats(s, l, vocab, vocab, st, ks)?;
                 for (r, row) in l.chunks_exact(vocab).enumerate() {
                     let step = st[r];
