@@ -336,7 +336,103 @@ impl TopJ {
 fn offer_block(top: &mut TopJ, block: &[f32]) {
     multiversion::target::match_target! {
         "x86_64+avx512f" => x512::offer_block(top, block),
+        "x86_64+avx2" => x256::offer_block(top, block),
         _ => top.offer_block_with(block, TopJ::insert),
+    }
+}
+
+/// [`offer_block`] on AVX2 (CPUs without AVX-512F): the insertion of `x512::offer_block` with
+/// 8-lane registers. The held values live in one to eight `__m256` (by `j`) for the block; per
+/// 8-entry group one compare gives the entries above the threshold as it stood when the group
+/// began, and each goes in by a rotate, a blend and two compares per held register instead of
+/// the scalar walk — the same values in the same places (see `x512::offer_block` for why the
+/// group needs no re-check against the threshold its earlier insertions raised).
+#[cfg(target_arch = "x86_64")]
+mod x256 {
+    use super::TopJ;
+    use core::arch::x86_64::*;
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn load(x: &[f32]) -> __m256 {
+        let a: &[f32; 8] = x[..8].try_into().expect("8 lanes");
+        _mm256_setr_ps(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7])
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn offer_block(top: &mut TopJ, block: &[f32]) {
+        match top.j.div_ceil(8) {
+            1 => offer_in_registers::<1>(top, block),
+            2 => offer_in_registers::<2>(top, block),
+            3 => offer_in_registers::<3>(top, block),
+            4 => offer_in_registers::<4>(top, block),
+            5 => offer_in_registers::<5>(top, block),
+            6 => offer_in_registers::<6>(top, block),
+            7 => offer_in_registers::<7>(top, block),
+            _ => offer_in_registers::<8>(top, block),
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn offer_in_registers<const NV: usize>(top: &mut TopJ, block: &[f32]) {
+        let mut held = [_mm256_setzero_ps(); NV];
+        for (h, v) in held.iter_mut().zip(top.vals.chunks_exact(8)) {
+            *h = load(v);
+        }
+        // The threshold: lane `j − 1` of the last vector (`−inf` until `j` values are held),
+        // at least the floor.
+        let pick = _mm256_set1_epi32(((top.j - 1) % 8) as i32);
+        let floor = _mm256_set1_ps(top.floor);
+        for g in block.chunks(8) {
+            let xs = if g.len() == 8 {
+                load(g)
+            } else {
+                let mut padded = [f32::NEG_INFINITY; 8];
+                padded[..g.len()].copy_from_slice(g);
+                load(&padded)
+            };
+            let thr = _mm256_max_ps(_mm256_permutevar8x32_ps(held[NV - 1], pick), floor);
+            // NaN compares false, so it is never held.
+            let mut above = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(xs, thr)) as u32;
+            while above != 0 {
+                let at = _mm256_set1_epi32(above.trailing_zeros() as i32);
+                insert(&mut held, _mm256_permutevar8x32_ps(xs, at));
+                above &= above - 1;
+            }
+        }
+        // Held: the lanes below `j` that are not `−inf`.
+        let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+        let mut len = 0;
+        for (i, (h, v)) in held.iter().zip(top.vals.chunks_exact_mut(8)).enumerate() {
+            v.copy_from_slice(&bytemuck::cast::<__m256, [f32; 8]>(*h));
+            let below_j = 0xffu32.checked_shr((8 * (i + 1)).saturating_sub(top.j) as u32);
+            let finite = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NEQ_OQ>(*h, neg_inf)) as u32;
+            len += (finite & below_j.unwrap_or(0)).count_ones() as usize;
+        }
+        top.len = len;
+    }
+
+    /// `TopJ::insert` of `x` (broadcast) into the held vectors, as `x512::insert`: lane by
+    /// lane the old value where it is `≥ x`, else `x` where the lane before it is `≥ x`, else
+    /// the lane before it.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn insert<const NV: usize>(held: &mut [__m256; NV], x: __m256) {
+        // Each register rotated up one lane ([old[7], old[0], …, old[6]]); the lane before
+        // lane 0 of the first register is `+inf`: nothing but `x` moves into place 0.
+        let rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+        let mut rotated_before = _mm256_set1_ps(f32::INFINITY);
+        for h in held.iter_mut() {
+            let rotated = _mm256_permutevar8x32_ps(*h, rotate);
+            // [before[7], old[0], …, old[6]]
+            let prev = _mm256_blend_ps::<1>(rotated, rotated_before);
+            let shift = _mm256_cmp_ps::<_CMP_LT_OQ>(*h, x);
+            let from_prev = _mm256_cmp_ps::<_CMP_LT_OQ>(prev, x);
+            *h = _mm256_blendv_ps(*h, _mm256_blendv_ps(x, prev, from_prev), shift);
+            rotated_before = rotated;
+        }
     }
 }
 
@@ -1220,16 +1316,32 @@ mod tests {
         assert!(caught > 0 && zero > 0 && tiny > 0);
     }
 
-    /// [`offer_block`] as dispatched (the vector insertion on AVX-512F) next to the scalar walk.
+    /// The AVX-512F insertion, where the build and the CPU have it.
     #[multiversion::multiversion(targets("x86_64+avx512f"))]
-    fn offer_dispatched(top: &mut TopJ, block: &[f32]) -> bool {
+    fn offer_avx512(top: &mut TopJ, block: &[f32]) -> bool {
         multiversion::target::match_target! {
             "x86_64+avx512f" => {
                 x512::offer_block(top, block);
                 true
             },
             _ => {
-                top.offer_block_with(block, TopJ::insert);
+                let _ = (top, block);
+                false
+            },
+        }
+    }
+
+    /// The AVX2 insertion, where the build and the CPU have it (AVX-512F CPUs included, so
+    /// both vector forms are checked there).
+    #[multiversion::multiversion(targets("x86_64+avx2"))]
+    fn offer_avx2(top: &mut TopJ, block: &[f32]) -> bool {
+        multiversion::target::match_target! {
+            "x86_64+avx2" => {
+                x256::offer_block(top, block);
+                true
+            },
+            _ => {
+                let _ = (top, block);
                 false
             },
         }
@@ -1238,14 +1350,14 @@ mod tests {
     #[test]
     fn vector_top_j_holds_what_the_walk_holds() {
         let mut rng = t2po_fixtures::Rng::new(15);
-        let mut vector = false;
+        let (mut avx512, mut avx2) = (false, false);
         for case in 0..3000 {
             let j = 1 + case % TOP_J_CAPACITY;
             let mut fresh = TopJ::new(j);
             if rng.below(3) == 0 {
                 fresh.floor = (rng.normal() * 2.0) as f32;
             }
-            let (mut walk, mut fast) = (fresh, fresh);
+            let (mut walk, mut fast, mut fast2) = (fresh, fresh, fresh);
             // Blocks of every length up to 64 (the row's partial last block), values from a
             // small set half of the time (ties), with masked entries and the odd NaN.
             for _ in 0..1 + rng.below(12) {
@@ -1264,13 +1376,33 @@ mod tests {
                     })
                     .collect();
                 walk.offer_block_with(&block, TopJ::insert);
-                vector |= offer_dispatched(&mut fast, &block);
-                assert_eq!(walk.len, fast.len, "case {case}, j = {j}");
-                assert_eq!(walk.vals[..j], fast.vals[..j], "case {case}, j = {j}");
+                if offer_avx512(&mut fast, &block) {
+                    avx512 = true;
+                    assert_eq!(walk.len, fast.len, "AVX-512, case {case}, j = {j}");
+                    assert_eq!(
+                        walk.vals[..j],
+                        fast.vals[..j],
+                        "AVX-512, case {case}, j = {j}"
+                    );
+                }
+                if offer_avx2(&mut fast2, &block) {
+                    avx2 = true;
+                    assert_eq!(walk.len, fast2.len, "AVX2, case {case}, j = {j}");
+                    assert_eq!(
+                        walk.vals[..j],
+                        fast2.vals[..j],
+                        "AVX2, case {case}, j = {j}"
+                    );
+                }
             }
         }
-        if !vector {
-            std::println!("no AVX-512F dispatch in this build or CPU: the walk against itself");
+        // Not silent: say which vector forms this build and CPU could check.
+        std::println!("top-j against the walk: AVX-512F {avx512}, AVX2 {avx2}");
+        if cfg!(feature = "std") && std::is_x86_feature_detected!("avx2") {
+            assert!(
+                avx2,
+                "the CPU has AVX2: its insertion must have been checked"
+            );
         }
     }
 
