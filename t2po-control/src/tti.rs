@@ -136,7 +136,7 @@ pub const SEQ_QUEUE: u32 = 1 << 6;
 /// `t2po_seq.flags`: the think block of this generation closed.
 pub const SEQ_DONE: u32 = 1 << 7;
 /// `t2po_seq.flags`: `M_t` fell at an observed step and has not risen since (the trough that
-/// [`Trigger::PeakCut`](crate::Trigger::PeakCut) waits for).
+/// [`Trigger::PeakCut`] waits for).
 pub const SEQ_FALLING: u32 = 1 << 8;
 
 /// The controller of one sequence (`t2po_seq`): signal ranges, TTI state, forced queue and the

@@ -34,7 +34,7 @@ const C_NAMES: &[(&str, &str)] = &[
     ("Norm", "t2po_norm"),
     ("Term", "t2po_term"),
     ("Trigger", "t2po_trigger"),
-    ("crate::Trigger::PeakCut", "T2PO_TRIGGER_PEAK_CUT"),
+    ("Trigger::PeakCut", "T2PO_TRIGGER_PEAK_CUT"),
     ("TurnMean", "t2po_turn_mean"),
     ("TdsRule", "t2po_tds_rule"),
     ("Keep", "t2po_keep"),
