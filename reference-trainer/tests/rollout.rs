@@ -202,7 +202,12 @@ impl Env for Corridor {
                 won,
                 score: if won { 1.0 } else { 0.0 },
                 source: String::new(),
-                parts: Vec::new(),
+                // The scoring step reports its score's parts (as WebShop's purchase does).
+                parts: if won {
+                    vec![("r_type", 1.0), ("steps", self.steps as f64)]
+                } else {
+                    Vec::new()
+                },
             },
         }
     }
@@ -286,6 +291,13 @@ fn tti_fires_on_convergence_and_the_queue_comes_out_in_order() {
     for r in &records {
         assert!(r.success, "{r:?}");
         assert_eq!(r.num_turns(), 3);
+        // The scoring step's parts reach the record (and from there metrics.jsonl).
+        let parts: Vec<(&str, f64)> = r
+            .reward_parts
+            .iter()
+            .map(|(k, &v)| (k.as_str(), v))
+            .collect();
+        assert_eq!(parts, [("r_type", 1.0), ("steps", 3.0)]);
         for t in &r.turns {
             let g = &t.generation;
             let fire = g.tti.expect("TTI fires on a constant M_t");
