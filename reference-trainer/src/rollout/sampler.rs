@@ -99,55 +99,67 @@ struct RowScratch {
     order: Vec<u32>,
 }
 
+/// `p[i] = e^((x[i] − max)·inv_t)` (0 for masked `−inf` entries) for one block of at most
+/// [`BLOCK`] entries; returns their sum (16 f32 lanes, then the tail). Inlined into each
+/// multiversioned caller, so it is compiled for that caller's target features.
+#[inline(always)]
+fn exp_block(x: &[f32], max: f32, inv_t: f32, p: &mut [f32]) -> f32 {
+    const L: usize = 16;
+    let mut lanes = [0f32; L];
+    let xc = x.chunks_exact(L);
+    let xr = xc.remainder();
+    let mut pc = p.chunks_exact_mut(L);
+    for (xv, pv) in xc.zip(&mut pc) {
+        for k in 0..L {
+            let e = exp_neg((xv[k] - max) * inv_t);
+            let e = if xv[k] == f32::NEG_INFINITY { 0.0 } else { e };
+            pv[k] = e;
+            lanes[k] += e;
+        }
+    }
+    let mut sum: f32 = lanes.iter().sum();
+    for (&xi, pi) in xr.iter().zip(pc.into_remainder()) {
+        let e = if xi == f32::NEG_INFINITY {
+            0.0
+        } else {
+            exp_neg((xi - max) * inv_t)
+        };
+        *pi = e;
+        sum += e;
+    }
+    sum
+}
+
+/// Inside the block whose sum carries the running mass past `target` (`acc` before it): the
+/// first entry where the in-order sum exceeds `target`. The block's lane sum and its entries
+/// summed in order can differ by a rounding: then the block's last non-zero entry.
+fn cross_in_block(block: &[f32], acc: f64, target: f64) -> Option<usize> {
+    let mut inner = acc;
+    for (i, &p) in block.iter().enumerate() {
+        inner += p as f64;
+        if inner > target && p > 0.0 {
+            return Some(i);
+        }
+    }
+    block.iter().rposition(|&p| p > 0.0)
+}
+
 /// The first entry of `row` at which the running sum of `e^(row[i] − max)` exceeds `target`,
-/// block by block (the same exponentials and 16-lane block sums as [`exp_blocks`] at `T = 1`,
-/// so the same entry for the same target), stopping there: on average half a row of
-/// exponentials, none stored beyond one block. `None` when the whole row sums to at most
-/// `target` (rounding, with `target` from another pass's sum).
+/// block by block (the same exponentials and block sums as [`exp_blocks`] at `T = 1`, so the
+/// same entry for the same target), stopping there: on average half a row of exponentials, none
+/// stored beyond one block. `None` when the whole row sums to at most `target` (rounding, with
+/// `target` from another pass's sum).
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn search_cumulative(row: &[f32], max: f32, target: f64) -> Option<usize> {
-    const L: usize = 16;
     let mut block = [0f32; BLOCK];
     let mut acc = 0.0f64;
     for (j, x) in row.chunks(BLOCK).enumerate() {
         let p = &mut block[..x.len()];
-        let mut lanes = [0f32; L];
-        let xc = x.chunks_exact(L);
-        let xr = xc.remainder();
-        let mut pc = p.chunks_exact_mut(L);
-        for (xv, pv) in xc.zip(&mut pc) {
-            for k in 0..L {
-                let e = exp_neg(xv[k] - max);
-                let e = if xv[k] == f32::NEG_INFINITY { 0.0 } else { e };
-                pv[k] = e;
-                lanes[k] += e;
-            }
-        }
-        let mut sum: f32 = lanes.iter().sum();
-        for (&xi, pi) in xr.iter().zip(pc.into_remainder()) {
-            let e = if xi == f32::NEG_INFINITY {
-                0.0
-            } else {
-                exp_neg(xi - max)
-            };
-            *pi = e;
-            sum += e;
-        }
-        let bs = sum as f64;
-        if acc + bs <= target {
-            acc += bs;
-            continue;
-        }
-        let mut inner = acc;
-        for (i, &e) in p.iter().enumerate() {
-            inner += e as f64;
-            if inner > target && e > 0.0 {
+        let bs = exp_block(x, max, 1.0, p) as f64;
+        if acc + bs > target {
+            if let Some(i) = cross_in_block(p, acc, target) {
                 return Some(j * BLOCK + i);
             }
-        }
-        // The block's lane sum and its entries summed in order can differ by a rounding.
-        if let Some(i) = p.iter().rposition(|&e| e > 0.0) {
-            return Some(j * BLOCK + i);
         }
         acc += bs;
     }
@@ -166,35 +178,12 @@ fn last_positive(row: &[f32], max: f32) -> usize {
 /// fused kernels' ([`exp_neg`], ≤ 4e-7 relative; arguments are ≤ 0 after the max).
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn exp_blocks(row: &[f32], max: f32, inv_t: f32, probs: &mut [f32], blocks: &mut [f64]) {
-    const L: usize = 16;
     for ((x, p), b) in row
         .chunks(BLOCK)
         .zip(probs.chunks_mut(BLOCK))
         .zip(blocks.iter_mut())
     {
-        let mut acc = [0f32; L];
-        let xc = x.chunks_exact(L);
-        let xr = xc.remainder();
-        let mut pc = p.chunks_exact_mut(L);
-        for (xv, pv) in xc.zip(&mut pc) {
-            for k in 0..L {
-                let e = exp_neg((xv[k] - max) * inv_t);
-                let e = if xv[k] == f32::NEG_INFINITY { 0.0 } else { e };
-                pv[k] = e;
-                acc[k] += e;
-            }
-        }
-        let mut sum: f32 = acc.iter().sum();
-        for (&xi, pi) in xr.iter().zip(pc.into_remainder()) {
-            let e = if xi == f32::NEG_INFINITY {
-                0.0
-            } else {
-                exp_neg((xi - max) * inv_t)
-            };
-            *pi = e;
-            sum += e;
-        }
-        *b = sum as f64;
+        *b = exp_block(x, max, inv_t, p) as f64;
     }
 }
 
@@ -444,24 +433,12 @@ fn draw_with(
         let mut acc = 0.0f64;
         let mut pick = None;
         for (j, &bs) in sc.blocks.iter().enumerate() {
-            if acc + bs <= target {
-                acc += bs;
-                continue;
-            }
-            let block = &probs[j * BLOCK..probs.len().min((j + 1) * BLOCK)];
-            let mut inner = acc;
-            for (i, &p) in block.iter().enumerate() {
-                inner += p as f64;
-                if inner > target && p > 0.0 {
-                    pick = Some(j * BLOCK + i);
+            if acc + bs > target {
+                let block = &probs[j * BLOCK..probs.len().min((j + 1) * BLOCK)];
+                pick = cross_in_block(block, acc, target).map(|i| j * BLOCK + i);
+                if pick.is_some() {
                     break;
                 }
-            }
-            // The block's sum (f32 lanes) and its entries summed in order can differ by a
-            // rounding: the block still holds the crossing, at its last non-zero entry.
-            pick = pick.or_else(|| block.iter().rposition(|&p| p > 0.0).map(|i| j * BLOCK + i));
-            if pick.is_some() {
-                break;
             }
             acc += bs;
         }

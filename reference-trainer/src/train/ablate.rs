@@ -418,19 +418,20 @@ mod tests {
         assert!(e.contains("GiGPO-budget") && e.contains("PPO-max"), "{e}");
     }
 
-    /// The arms' α reaches the kernel: M_t from entropy alone or confidence alone.
+    /// The arms' α and trigger reach the kernel: M_t from entropy alone or confidence alone,
+    /// and peak-cut.
     #[test]
     fn alpha_reaches_the_kernel_config() {
         let base = TrainConfig::default_for(EnvKind::Search).unwrap();
         let tok = crate::defaults::tokenizer(base.seed).unwrap();
         let tokens = tok.control_tokens().unwrap();
-        let alpha = |v: Variant| {
+        let control = |v: Variant| {
             v.apply(&base)
                 .rollout_config(&tokens, 1.0, 0)
                 .unwrap()
                 .control
-                .alpha
         };
+        let alpha = |v: Variant| control(v).alpha;
         assert_eq!(alpha(Variant::EntropyOnly), 1.0);
         assert_eq!(alpha(Variant::ConfidenceOnly), 0.0);
         assert_eq!(alpha(Variant::T2po), 0.4);
@@ -439,13 +440,7 @@ mod tests {
         let e = bad.validate(Path::new("x.toml")).unwrap_err().to_string();
         assert!(e.contains("control.alpha"), "{e}");
         // The trigger too; and with the hard budget, which has no convergence rule, it is refused.
-        let trigger = |v: Variant| {
-            v.apply(&base)
-                .rollout_config(&tokens, 1.0, 0)
-                .unwrap()
-                .control
-                .trigger
-        };
+        let trigger = |v: Variant| control(v).trigger;
         assert_eq!(
             trigger(Variant::PeakCut),
             t2po_control::Trigger::PeakCut as u32
