@@ -18,7 +18,7 @@ export OUT
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
 echo "== t2po-cuda check"
-"$BIN" || status=$?
+timeout 300 "$BIN" || status=$?
 echo "== ptxas -v (sm_90)"
 if [ -x /usr/local/cuda/bin/ptxas ] && [ -f "$OUT/t2po_kernels.ptx" ]; then
   /usr/local/cuda/bin/ptxas -arch=sm_90 -v "$OUT/t2po_kernels.ptx" -o /dev/null 2>&1 | grep -E "Compiling entry|registers|spill"
@@ -27,7 +27,7 @@ echo "== compute-sanitizer"
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$SAN" ]; then
   for tool in memcheck racecheck; do
-    T2PO_CHECK_QUICK=1 "$SAN" --tool "$tool" --error-exitcode 9 "$BIN" >"$OUT/sanitizer_$tool.log" 2>&1
+    T2PO_CHECK_QUICK=1 timeout 240 "$SAN" --tool "$tool" --error-exitcode 9 "$BIN" >"$OUT/sanitizer_$tool.log" 2>&1
     rc=$?
     echo "$tool: exit $rc ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer_$tool.log") clean summaries)"
     tail -n 3 "$OUT/sanitizer_$tool.log"
@@ -37,6 +37,6 @@ else
   echo "compute-sanitizer not found"
 fi
 echo "== PyTorch peer (eager and torch.compile)"
-python3 t2po-cuda/bench/torch_control_baseline.py || echo "torch baseline failed"
+timeout 240 python3 t2po-cuda/bench/torch_control_baseline.py || echo "torch baseline failed"
 echo "== summary: compare 't2po step' with 'eager full' and 'compiled stats' rows above"
 exit "$status"
