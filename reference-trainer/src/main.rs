@@ -330,7 +330,8 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         seeds: usize,
         /// The arms, comma-separated (default: T2PO, GiGPO, GRPO, T2PO-TTI, T2PO-TDS; also
-        /// GiGPO-budget, GiGPO-void-filter, T2PO-entropy-only, T2PO-confidence-only, DAPO).
+        /// GiGPO-budget, GiGPO-void-filter, T2PO-entropy-only, T2PO-confidence-only, DAPO,
+        /// T2PO-RFT, GiGPO-length-reward, T2PO-peak-cut, T2PO-calibrated).
         #[arg(long, value_delimiter = ',')]
         arms: Vec<String>,
     },

@@ -385,3 +385,76 @@ fn dynamic_sampling_draws_batches_and_trains_on_the_informative_groups() {
     let lines = MetricsLog::new(plain.join("metrics.jsonl")).read().unwrap();
     assert!(lines.iter().all(|l| l.dynamic.is_none()));
 }
+
+/// `control.calibrate`: the warm-ups run after the cold start and before the evaluation, the
+/// chosen ε and η are what the run then uses (its metrics line, the checkpoint's saved config),
+/// and a resume with the user's own config (no `calibrated` in it) continues without
+/// calibrating again.
+#[test]
+fn calibrate_sets_the_thresholds_once_and_the_run_keeps_them() {
+    use reference_trainer::train::TrainConfig;
+
+    let cache = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let mut c = tiny(EnvKind::Search, 1);
+    c.control.calibrate = true;
+    c.control.calibrate_tasks = 4;
+    c.control.target_fire_rate = 0.5;
+    c.control.target_resample_rate = 0.25;
+    let cfg_path = write_config(work.path(), &c);
+    let out = work.path().join("run");
+    let stdout = ok(cli(cache.path())
+        .args(["train", "--quiet", "--config"])
+        .arg(&cfg_path)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap());
+    assert!(stdout.contains("calibrated: ε = "), "{stdout}");
+    let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+    let stages: Vec<&str> = lines.iter().map(|l| l.stage.as_str()).collect();
+    let at = stages.iter().position(|&s| s == "calibrate").unwrap();
+    assert_eq!(stages.iter().filter(|&&s| s == "calibrate").count(), 1);
+    assert_eq!(stages[at + 1], "eval", "{stages:?}");
+    let cal = lines[at].calibrated.clone().unwrap();
+    // Each warm-up rolled out 4 tasks × group 2; the shares are of their populations and as
+    // near the targets as the measured values allow.
+    assert!(cal.turns >= 8 && cal.checked_turns <= cal.turns, "{cal:?}");
+    let reachable = cal.checked_turns as f64 / cal.turns as f64;
+    let fire_rate = cal.fire_rate.unwrap();
+    assert!(fire_rate <= reachable + 1e-12, "{cal:?}");
+    if reachable >= 0.5 {
+        assert!((fire_rate - 0.5).abs() <= 1.0 / cal.turns as f64, "{cal:?}");
+    }
+    assert!((0.0..=1.0).contains(&cal.resample_rate.unwrap()), "{cal:?}");
+    assert!(cal.epsilon >= 0.0 && cal.eta >= 0.0, "{cal:?}");
+    // The checkpoint's config carries them (an `eval` of it and a resume use them).
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("checkpoints/iter-000001/trainer_state.json")).unwrap(),
+    )
+    .unwrap();
+    let saved = TrainConfig::parse(
+        state["config"].as_str().unwrap(),
+        Path::new("trainer_state.json"),
+    )
+    .unwrap();
+    assert_eq!(saved.control.calibrated.as_ref(), Some(&cal));
+    // Extended by one iteration with the user's config: accepted, and no second calibration.
+    ok(cli(cache.path())
+        .args([
+            "train",
+            "--quiet",
+            "--resume",
+            "--iterations",
+            "2",
+            "--config",
+        ])
+        .arg(&cfg_path)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap());
+    let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+    assert_eq!(lines.iter().filter(|l| l.stage == "calibrate").count(), 1);
+    assert_eq!(lines.iter().filter(|l| l.stage == "rl").count(), 2);
+}

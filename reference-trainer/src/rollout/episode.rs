@@ -597,6 +597,9 @@ fn decode_loop<P: Policy>(
             g.log_probs.push(d.log_prob);
             g.forced.push(d.forced);
             g.signal.push(d.signal);
+            if let Some(w) = d.window_mean {
+                g.min_window_mean = Some(g.min_window_mean.map_or(w, |m| m.min(w)));
+            }
             let end = eos.contains(&d.token);
             if end || g.response_ids.len() >= cfg.max_response_tokens {
                 g.truncated = !end;

@@ -76,6 +76,12 @@ pub struct Draw {
     pub signal: Option<f32>,
     /// Whether TTI fired at this step, and why (its queue starts at the next step).
     pub event: Event,
+    /// The window mean of `|ΔM|` that TTI's convergence rule compared with ε at this step
+    /// (`Sequence::window_mean`), where the rule was checked: an observed position at
+    /// `t ≥ L_min` while TTI was armed, and a full window. The rule fires at ε exactly where
+    /// this is below ε, so the smallest such value of a generation run with ε = 0 says at which
+    /// ε it would have fired (`control.calibrate`).
+    pub window_mean: Option<f32>,
 }
 
 /// Entries per block of the draw's cumulative search: the exp pass leaves one sum per block,
@@ -88,6 +94,7 @@ const NO_DRAW: Draw = Draw {
     forced: false,
     signal: None,
     event: Event::None,
+    window_mean: None,
 };
 
 /// One chunk's buffers for [`Sampler`]: the row's tempered, unnormalised probabilities, their
@@ -302,6 +309,14 @@ impl Sampler {
                         }
                         None => draw_with(&params, sc, row, &mut g[r], ks[r].as_ref()),
                     };
+                    // Read before `accept`: the token may close the think block. After the
+                    // observe, TTI is armed still unless it fired at this very step, and it was
+                    // armed then too.
+                    let window_mean = (forced.is_none()
+                        && s[r].position() >= s[r].config().min_len
+                        && (step.event != Event::None as u32 || s[r].tti_armed()))
+                    .then(|| s[r].window_mean())
+                    .flatten();
                     s[r].accept(token)?;
                     let event = match step.event {
                         1 => Event::Converged,
@@ -314,6 +329,7 @@ impl Sampler {
                         forced: forced.is_some(),
                         signal: forced.is_none().then_some(step.signal),
                         event,
+                        window_mean,
                     };
                 }
                 Ok(())
@@ -705,6 +721,80 @@ mod tests {
         assert!(emitted[6].1 && emitted[7].1 && !emitted[5].1);
         assert!(emitted.iter().filter(|e| e.2 != Event::None).count() == 1);
         assert!(seqs[0].fired().is_some());
+    }
+
+    /// One think block of `steps` decode steps over `rows` at ε = `epsilon`: the draws.
+    fn think_run(rows: &[Vec<f32>], epsilon: f32, seed: u64) -> Vec<Draw> {
+        let mut cfg = t2po_control::Config::paper();
+        cfg.think_open = 1;
+        cfg.think_close = 2;
+        cfg.queue_len = 2;
+        cfg.queue[..2].copy_from_slice(&[2, 3]);
+        cfg.min_len = 4;
+        cfg.max_think = 40;
+        cfg.window = 2;
+        cfg.epsilon = epsilon;
+        let mut seqs = vec![t2po_control::Sequence::new(&cfg).unwrap()];
+        seqs[0].reset();
+        seqs[0].begin_generation(t2po_control::ThinkStart::Inside);
+        let mut rngs = vec![ChaCha12Rng::seed_from_u64(seed)];
+        let mut s = Sampler::new(SamplingParams::default()).unwrap();
+        let mut out = Vec::new();
+        rows.iter()
+            .map(|row| {
+                s.step(&mut seqs, &mut rngs, row, row.len(), &mut out)
+                    .unwrap();
+                out[0]
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// What `control.calibrate` rests on: a think block run with ε = 0 records the window
+        /// means its convergence rule compared; at ε = their minimum m it generates the same
+        /// tokens and never fires by convergence, and at the next float above m it fires by
+        /// convergence exactly at the first step whose window mean was m (the tokens before
+        /// it unchanged).
+        #[test]
+        fn the_rule_fires_exactly_where_epsilon_exceeds_the_smallest_compared_window_mean(
+            seed in 0u64..1_000_000,
+            scale in 0.2f32..6.0,
+            drift in -0.02f32..0.3,
+            calm in 0usize..10,
+        ) {
+            let mut g = ChaCha12Rng::seed_from_u64(seed);
+            // Rows whose sharpness drifts, so M_t settles at varying rates, after `calm` equal
+            // rows (a window mean of 0 can come at the rule's first check); the close tag is
+            // unlikely but possible (the model may close think itself).
+            let first: Vec<f32> = (0..16).map(|_| g.random::<f32>() * scale).collect();
+            let rows: Vec<Vec<f32>> = (0..48)
+                .map(|t| {
+                    let sharp = scale * (1.0 + drift * t as f32).max(0.1);
+                    let mut r: Vec<f32> = if t < calm {
+                        first.clone()
+                    } else {
+                        (0..16).map(|_| g.random::<f32>() * sharp).collect()
+                    };
+                    r[2] -= 6.0;
+                    r
+                })
+                .collect();
+            let base = think_run(&rows, 0.0, seed);
+            proptest::prop_assert!(base.iter().all(|d| d.event != Event::Converged));
+            let Some(m) = base.iter().filter_map(|d| d.window_mean).reduce(f32::min) else {
+                return Ok(());
+            };
+            let at = think_run(&rows, m, seed);
+            proptest::prop_assert!(at.iter().all(|d| d.event != Event::Converged));
+            let tokens = |d: &[Draw]| d.iter().map(|d| d.token).collect::<Vec<_>>();
+            proptest::prop_assert_eq!(tokens(&at), tokens(&base));
+            let above = think_run(&rows, m.next_up(), seed);
+            let first = base.iter().position(|d| d.window_mean == Some(m)).unwrap();
+            let fired = above.iter().position(|d| d.event == Event::Converged);
+            proptest::prop_assert_eq!(fired, Some(first));
+            proptest::prop_assert_eq!(tokens(&above[..=first]), tokens(&base[..=first]));
+        }
     }
 
     #[test]

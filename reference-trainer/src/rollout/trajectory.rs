@@ -41,6 +41,12 @@ pub struct Generation {
     pub tti: Option<TtiFire>,
     /// The response hit the token cap without an end-of-turn token.
     pub truncated: bool,
+    /// The smallest window mean of `|ΔM|` TTI's convergence rule compared with ε in this
+    /// generation (`None` where it never checked: fewer than `L_min` observed think tokens, or
+    /// TTI off). With ε = 0 (never fires) it says at which ε the rule would have fired:
+    /// exactly where ε exceeds it (`control.calibrate` reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_window_mean: Option<f32>,
 }
 
 /// A TDS try that was discarded: never sent to the environment, never trained on.

@@ -4,8 +4,9 @@
 //! ablations that are switches of the same trainer: a hard thinking budget, SimpleTIR's
 //! void-turn filter, `M_t` from entropy alone or confidence alone, and DAPO (dynamic
 //! sampling and clip-higher on GRPO), T²PO without the cold start's SFT (−RFT), the
-//! length-penalty baseline (Kimi k1.5's length reward on GiGPO) and peak-cut (TTI at the first
-//! uncertainty peak instead of where `M_t` converged); a markdown table of
+//! length-penalty baseline (Kimi k1.5's length reward on GiGPO), peak-cut (TTI at the first
+//! uncertainty peak instead of where `M_t` converged) and T²PO with ε and η calibrated from
+//! the policy (`control.calibrate`, beyond the paper); a markdown table of
 //! held-out results (mean ± std over seeds) and a chart of held-out success per variant.
 
 use std::path::{Path, PathBuf};
@@ -53,6 +54,9 @@ pub enum Variant {
     /// T²PO whose TTI cuts at the first uncertainty peak (the first local minimum of `M_t`)
     /// instead of where `M_t` converged: the paper's ablation of the trigger rule (§4.2).
     PeakCut,
+    /// T²PO with ε and η calibrated from the cold-start policy (`control.calibrate`, beyond
+    /// the paper): the config's target fire and resample rates instead of fixed thresholds.
+    Calibrated,
 }
 
 /// The length-penalty arm's weight when the config's `algo.length_reward` is 0 (a tenth of
@@ -71,7 +75,7 @@ impl Variant {
     ];
 
     /// Every arm, in table order.
-    pub const ALL: [Variant; 13] = [
+    pub const ALL: [Variant; 14] = [
         Variant::T2po,
         Variant::Gigpo,
         Variant::Grpo,
@@ -85,6 +89,7 @@ impl Variant {
         Variant::NoRft,
         Variant::LengthReward,
         Variant::PeakCut,
+        Variant::Calibrated,
     ];
 
     /// The arm of this [`name`](Self::name) (case-insensitive).
@@ -117,6 +122,7 @@ impl Variant {
             Variant::NoRft => "T2PO-RFT",
             Variant::LengthReward => "GiGPO-length-reward",
             Variant::PeakCut => "T2PO-peak-cut",
+            Variant::Calibrated => "T2PO-calibrated",
         }
     }
 
@@ -128,7 +134,8 @@ impl Variant {
             | Variant::EntropyOnly
             | Variant::ConfidenceOnly
             | Variant::NoRft
-            | Variant::PeakCut => (true, true, Estimator::Gigpo),
+            | Variant::PeakCut
+            | Variant::Calibrated => (true, true, Estimator::Gigpo),
             Variant::Gigpo | Variant::HardBudget | Variant::FilterVoid | Variant::LengthReward => {
                 (false, false, Estimator::Gigpo)
             }
@@ -156,6 +163,12 @@ impl Variant {
                 c.algo.length_reward = LENGTH_REWARD_WEIGHT;
             }
             Variant::PeakCut => c.control.trigger = Some(TriggerName::PeakCut),
+            Variant::Calibrated => {
+                c.control.calibrate = true;
+                c.control.calibrated = None;
+                // The released profile's own rule is patience; ε belongs to the window mean.
+                c.control.trigger = Some(TriggerName::WindowMean);
+            }
             _ => {}
         }
         c
@@ -372,6 +385,11 @@ mod tests {
             Variant::PeakCut.apply(&base).control.trigger,
             Some(TriggerName::PeakCut)
         );
+        assert_eq!(get(Variant::Calibrated), (true, true, Estimator::Gigpo));
+        let cal = Variant::Calibrated.apply(&base);
+        assert!(cal.control.calibrate && cal.control.calibrated.is_none());
+        assert_eq!(cal.control.trigger, Some(TriggerName::WindowMean));
+        cal.validate(Path::new("x.toml")).unwrap();
         let no_rft = Variant::NoRft.apply(&base);
         assert!(no_rft.rft.demo_tasks == 0 && no_rft.rft.rounds == 0);
         assert_eq!(
@@ -408,6 +426,7 @@ mod tests {
             c.rft.rounds = base.rft.rounds;
             c.algo.length_reward = base.algo.length_reward;
             c.control.trigger = base.control.trigger;
+            c.control.calibrate = base.control.calibrate;
             assert_eq!(c, base, "{}", v.name());
         }
         // Names round-trip; a wrong one lists the right ones.

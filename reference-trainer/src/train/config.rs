@@ -133,6 +133,64 @@ pub struct ControlSection {
     /// `M_t`, the ablation of the trigger rule the paper argues against (§4.2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<TriggerName>,
+    /// Beyond the paper: set ε and η from the policy itself before RL instead of taking the
+    /// values above. Two warm-up rollouts on training tasks (TTI and TDS observing, never
+    /// acting) measure, per turn, the smallest window mean of `|ΔM|` the convergence rule
+    /// compared and, per later turn, Γ; ε and η become the values at which TTI would have
+    /// fired in `target_fire_rate` of the turns and TDS resampled `target_resample_rate` of
+    /// the later turns (`train::calibrate`). The result goes to `calibrated` in the run's saved
+    /// config, so a resume and an `eval` of its checkpoints use the same values.
+    #[serde(default)]
+    pub calibrate: bool,
+    /// Training tasks per warm-up rollout (each `rollout.group_size` times).
+    #[serde(default = "default_calibrate_tasks")]
+    pub calibrate_tasks: usize,
+    /// The share of turns in which TTI's convergence rule should fire.
+    #[serde(default = "default_target_fire_rate")]
+    pub target_fire_rate: f64,
+    /// The share of later turns (those with a previous kept turn) TDS should resample at the
+    /// first try.
+    #[serde(default = "default_target_resample_rate")]
+    pub target_resample_rate: f64,
+    /// What the calibration chose (written by the run; a user config leaves it out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibrated: Option<Calibrated>,
+}
+
+fn default_calibrate_tasks() -> usize {
+    16
+}
+
+fn default_target_fire_rate() -> f64 {
+    0.3
+}
+
+fn default_target_resample_rate() -> f64 {
+    0.2
+}
+
+/// The thresholds `control.calibrate` chose, and what the warm-up measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Calibrated {
+    /// ε of the convergence rule (the config's ε when TTI is off).
+    pub epsilon: f32,
+    /// η of TDS (the config's η when TDS is off).
+    pub eta: f32,
+    /// The share of the first warm-up's turns in which the rule would have fired at `epsilon`
+    /// (`None`: TTI off, not calibrated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fire_rate: Option<f64>,
+    /// The share of the second warm-up's later turns TDS would have resampled at `eta`
+    /// (`None`: TDS off, not calibrated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resample_rate: Option<f64>,
+    /// Turns of the first warm-up, and how many of them reached a check of the rule.
+    pub turns: usize,
+    /// Of those, the turns in which the rule was checked at least once.
+    pub checked_turns: usize,
+    /// Later turns of the second warm-up (the population of the resample rate).
+    pub later_turns: usize,
 }
 
 /// Returns, advantages and the loss.
@@ -403,6 +461,52 @@ impl TrainConfig {
         if let Some(alpha) = k.alpha {
             c.real("control.alpha", alpha as f64, Closed(0.0), Closed(1.0))?;
         }
+        c.int("control.calibrate_tasks", k.calibrate_tasks, 1, 1 << 20)?;
+        c.real(
+            "control.target_fire_rate",
+            k.target_fire_rate,
+            Closed(0.0),
+            Closed(1.0),
+        )?;
+        c.real(
+            "control.target_resample_rate",
+            k.target_resample_rate,
+            Closed(0.0),
+            Closed(1.0),
+        )?;
+        if k.calibrate
+            && k.tti
+            && (k.hard_budget || k.trigger.is_some_and(|t| t != TriggerName::WindowMean))
+        {
+            return c.fail(
+                "control.calibrate",
+                "calibrates ε of the window-mean rule, which this config does not use \
+                 (hard_budget = true, or another control.trigger); unset one of them"
+                    .to_string(),
+            );
+        }
+        if k.calibrate && k.tti && k.trigger.is_none() && k.profile == ProfileName::Released {
+            return c.fail(
+                "control.calibrate",
+                "the released profile's rule is patience, not the window mean ε bounds: set \
+                 control.trigger = \"window_mean\" to calibrate it"
+                    .to_string(),
+            );
+        }
+        if let Some(cal) = &k.calibrated {
+            c.real(
+                "control.calibrated.epsilon",
+                cal.epsilon as f64,
+                Closed(0.0),
+                Closed(10.0),
+            )?;
+            c.real(
+                "control.calibrated.eta",
+                cal.eta as f64,
+                Closed(0.0),
+                Closed(10.0),
+            )?;
+        }
         if k.trigger.is_some() && k.hard_budget {
             return c.fail(
                 "control.trigger",
@@ -592,6 +696,12 @@ impl TrainConfig {
         }
         if let Some(trigger) = k.trigger {
             control.trigger = t2po_control::Trigger::from(trigger) as u32;
+        }
+        if let Some(cal) = &k.calibrated {
+            if !k.hard_budget {
+                control.epsilon = cal.epsilon;
+            }
+            control.eta = cal.eta;
         }
         control.validate().map_err(t2po_control::Error::from)?;
         let r = &self.rollout;
@@ -883,6 +993,44 @@ mod tests {
     fn a_missing_key_is_an_error_naming_it() {
         let e = err(&with(EnvKind::Search, "\ngamma = 0.95", "\n"));
         assert!(e.contains("gamma"), "{e}");
+    }
+
+    #[test]
+    fn calibrate_is_refused_where_there_is_no_window_mean_rule_to_calibrate() {
+        let on = |from: &str, to: &str| {
+            with(EnvKind::Search, "calibrate = false", "calibrate = true").replacen(from, to, 1)
+        };
+        // The shipped config with calibrate = true is fine.
+        TrainConfig::parse(&on("calibrate", "calibrate"), Path::new("x.toml")).unwrap();
+        for (from, to, says) in [
+            ("hard_budget = false", "hard_budget = true", "hard_budget"),
+            (
+                "# alpha = 0.4",
+                "trigger = \"peak_cut\"\n# alpha",
+                "control.trigger",
+            ),
+            ("profile = \"paper\"", "profile = \"released\"", "patience"),
+        ] {
+            let e = err(&on(from, to));
+            assert!(
+                e.contains("control.calibrate") && e.contains(says),
+                "{to}: {e}"
+            );
+        }
+        // The released profile with the window-mean rule named is fine; a rate out of [0, 1] is not.
+        TrainConfig::parse(
+            &on(
+                "profile = \"paper\"",
+                "profile = \"released\"\ntrigger = \"window_mean\"",
+            ),
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        let e = err(&on("target_fire_rate = 0.3", "target_fire_rate = 1.5"));
+        assert!(
+            e.contains("control.target_fire_rate") && e.contains("[0, 1]"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -222,7 +222,7 @@ pub struct RejectionReport {
 /// One line of `metrics.jsonl`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MetricsLine {
-    /// `pretrain`, `rft` (a cold-start round), `eval` (before RL) or `rl`.
+    /// `pretrain`, `rft` (a cold-start round), `calibrate`, `eval` (before RL) or `rl`.
     pub stage: String,
     /// RL iteration (0 for the cold start and the evaluation before RL).
     pub iteration: usize,
@@ -242,6 +242,9 @@ pub struct MetricsLine {
     /// What DAPO's dynamic sampling kept (RL with `algo.dynamic_sampling` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dynamic: Option<super::dynamic::DynamicReport>,
+    /// What `control.calibrate` chose (stage `calibrate`, before the evaluation before RL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibrated: Option<super::config::Calibrated>,
     /// Wall seconds of the whole line's work.
     pub seconds: f64,
 }
@@ -258,6 +261,7 @@ impl MetricsLine {
             eval_sampled: None,
             rejection: None,
             dynamic: None,
+            calibrated: None,
             seconds,
         }
     }
@@ -490,6 +494,7 @@ mod tests {
                 eval_sampled: None,
                 rejection: None,
                 dynamic: None,
+                calibrated: None,
                 seconds: i as f64,
             })
             .unwrap();
@@ -533,6 +538,7 @@ mod tests {
                 eval_sampled: None,
                 rejection: None,
                 dynamic: None,
+                calibrated: None,
                 seconds: v,
             })
             .unwrap();

@@ -1,9 +1,10 @@
 //! Training: the config ([`config`]), the optimizer ([`optimizer`]), supervised fine-tuning
 //! ([`sft`]) and the cold start ([`rft`]), the PPO update ([`ppo`]), checkpoints with resume
 //! ([`state`]), metrics ([`metrics`]), curves ([`plots`]) and the run that ties them together
-//! ([`run`]).
+//! ([`run`]); `control.calibrate`'s warm-ups ([`calibrate`]).
 
 pub mod ablate;
+pub mod calibrate;
 pub mod config;
 pub mod dynamic;
 pub mod metrics;

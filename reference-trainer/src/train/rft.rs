@@ -52,6 +52,10 @@ pub mod purpose {
     pub const PRETRAIN_SHUFFLE: u64 = 12;
     /// A further rollout batch of an RL iteration (DAPO's dynamic sampling).
     pub const DYNAMIC_BATCH: u64 = 13;
+    /// The training tasks of `control.calibrate`'s warm-ups.
+    pub const CALIBRATE_TASKS: u64 = 14;
+    /// A warm-up rollout of `control.calibrate` (iteration 1: ε, 2: η).
+    pub const CALIBRATE_ROLLOUT: u64 = 15;
 }
 
 /// Hooks the caller gives a stage: a log line, a progress bar for a phase, and whether to stop.
@@ -432,6 +436,7 @@ pub fn cold_start(
             rollout: Some(summary),
             rejection: Some(rejection),
             dynamic: None,
+            calibrated: None,
             ..MetricsLine::cold_start("rft", u, t0.elapsed().as_secs_f64())
         };
         on_stage(Stage::Rejection(round), &opt, sft_steps, line, rep)?;

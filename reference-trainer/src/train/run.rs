@@ -359,6 +359,8 @@ fn resumed_config(
         TrainConfig::parse(&loaded.state.config, &loaded.dir.join("trainer_state.json"))?;
     let mut same = saved.clone();
     same.train.iterations = cfg.train.iterations;
+    // What `control.calibrate` chose is the run's own, not the user's.
+    same.control.calibrated.clone_from(&cfg.control.calibrated);
     if opts.explicit_config {
         saved.train.iterations = cfg.train.iterations;
     }
@@ -534,7 +536,7 @@ fn train_until_stopped(
         loaded => {
             // A new run, or one resumed inside its cold start: the cold start (what is left
             // of it), then the cold-start policy, its evaluation and the RL optimizer.
-            let (cfg, pool, policy, tokenizer, resume) = match loaded {
+            let (mut cfg, pool, policy, tokenizer, resume) = match loaded {
                 Some(loaded) => {
                     let cfg = resumed_config(&cfg, opts, &loaded, out)?;
                     let Some(progress) = loaded.state.cold_start.clone() else {
@@ -574,6 +576,26 @@ fn train_until_stopped(
             checkpoint::save(&policy, &cold_dir, usize::MAX)?;
             tokenizer.save(&cold_dir)?;
             tokenizer.save_generation_config(&cold_dir)?;
+            if cfg.control.calibrate && cfg.control.calibrated.is_none() {
+                let t0 = std::time::Instant::now();
+                let cal = super::calibrate::calibrate(&policy, &tokenizer, &pool, &cfg, rep)?;
+                rep.line(&calibration_line(&cfg, &cal));
+                log.append(&MetricsLine {
+                    stage: "calibrate".into(),
+                    iteration: 0,
+                    rollout: None,
+                    update: None,
+                    eval: None,
+                    eval_sampled: None,
+                    rejection: None,
+                    dynamic: None,
+                    calibrated: Some(cal.clone()),
+                    seconds: t0.elapsed().as_secs_f64(),
+                })?;
+                // From here on (the evaluations, RL, every checkpoint's saved config) the
+                // run uses the calibrated values.
+                cfg.control.calibrated = Some(cal);
+            }
             let t0 = std::time::Instant::now();
             let before = evaluate(&policy, &tokenizer, &pool, &cfg, rep)?;
             rep.line(&format!(
@@ -589,6 +611,7 @@ fn train_until_stopped(
                 eval_sampled: before.sampled.clone(),
                 rejection: None,
                 dynamic: None,
+                calibrated: None,
                 seconds: t0.elapsed().as_secs_f64(),
             })?;
             let opt = AdamW::new(cfg.optimizer_config())?;
@@ -737,6 +760,7 @@ fn train_until_stopped(
             eval_sampled,
             rejection: None,
             dynamic,
+            calibrated: None,
             seconds: t0.elapsed().as_secs_f64(),
         };
         rep.line(&iteration_line(&line, iterations));
@@ -778,6 +802,38 @@ fn train_until_stopped(
         checkpoint: last_checkpoint,
         seconds: t_start.elapsed().as_secs_f64(),
     })
+}
+
+/// What `control.calibrate` chose, in one line.
+pub fn calibration_line(cfg: &TrainConfig, cal: &super::config::Calibrated) -> String {
+    let k = &cfg.control;
+    let mut parts = Vec::new();
+    if k.tti {
+        parts.push(format!(
+            "ε = {:.4} (config {}): TTI would fire in {:.1} % of {} warm-up turns \
+             (target {:.1} %; {} turns reached the rule)",
+            cal.epsilon,
+            k.epsilon,
+            100.0 * cal.fire_rate.unwrap_or(f64::NAN),
+            cal.turns,
+            100.0 * k.target_fire_rate,
+            cal.checked_turns
+        ));
+    }
+    if k.tds {
+        parts.push(format!(
+            "η = {:.4} (config {}): TDS would resample {:.1} % of {} later turns (target {:.1} %)",
+            cal.eta,
+            k.eta,
+            100.0 * cal.resample_rate.unwrap_or(f64::NAN),
+            cal.later_turns,
+            100.0 * k.target_resample_rate
+        ));
+    }
+    if parts.is_empty() {
+        parts.push("TTI and TDS off: nothing to calibrate".into());
+    }
+    format!("calibrated: {}", parts.join("; "))
 }
 
 /// Whether `dir` is an RL checkpoint (`iter-NNNNNN`), not a cold-start stage's.
