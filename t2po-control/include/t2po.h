@@ -766,6 +766,50 @@ t2po_status t2po_seq_observe_batch_f16(t2po_seq *seqs,
                                        size_t row_stride,
                                        t2po_step *out_steps);
 
+// `t2po_seq_observe_batch_f32`, also writing the statistics of each row the step read to
+// `out_stats[b]` (`batch` entries): the entropy, confidence, the row's largest logit and
+// `ln Σ e^x`, so an engine's sampler can draw from `max_logit` and `log_sum_exp` instead of
+// its own pass over the row. A row the step did not read — a forced step, or a row that
+// failed — gets `vocab = 0` (a read row always has `vocab >= 1`) and zeros. The steps are
+// exactly those of `t2po_seq_observe_batch_f32`.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_seq_observe_batch_stats_f32(t2po_seq *seqs,
+                                             size_t batch,
+                                             const float *logits,
+                                             size_t vocab,
+                                             size_t row_stride,
+                                             t2po_step *out_steps,
+                                             t2po_token_stats *out_stats);
+
+// `t2po_seq_observe_batch_stats_f32` for bf16 logits (raw bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_seq_observe_batch_stats_bf16(t2po_seq *seqs,
+                                              size_t batch,
+                                              const uint16_t *logits,
+                                              size_t vocab,
+                                              size_t row_stride,
+                                              t2po_step *out_steps,
+                                              t2po_token_stats *out_stats);
+
+// `t2po_seq_observe_batch_stats_f32` for f16 logits (raw bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_seq_observe_batch_stats_f16(t2po_seq *seqs,
+                                             size_t batch,
+                                             const uint16_t *logits,
+                                             size_t vocab,
+                                             size_t row_stride,
+                                             t2po_step *out_steps,
+                                             t2po_token_stats *out_stats);
+
 // Tells the sequence the token emitted at this step (or a prompt token before
 // `t2po_seq_begin_generation`). Accepting another token while a forced one is pending is
 // `T2PO_STATUS_FORCED_MISMATCH` and changes nothing.

@@ -21,7 +21,7 @@ use crate::config::{Config, Profile};
 use crate::error::Status;
 use crate::stats::{token_stats, Logit, TokenStats};
 use crate::tds::{Tds, TdsCounters, Verdict};
-use crate::tti::{observe_batch, Event, Sequence, Step, ThinkStart};
+use crate::tti::{observe_batch, observe_batch_stats, Event, Sequence, Step, ThinkStart};
 
 /// The ABI version of this header and library (`T2PO_ABI_VERSION`). It goes up by one with
 /// every change a compiled caller could notice (a struct's layout, a function's meaning); a
@@ -629,6 +629,142 @@ pub unsafe extern "C" fn t2po_seq_observe_batch_f16(
         vocab,
         row_stride,
         out_steps,
+    )
+}
+
+/// Rows per call of the Rust `observe_batch_stats` inside the C entry points: the `Option`
+/// buffer it fills lives on the stack (the crate never allocates), 64 entries ≈ 1.8 KiB.
+const STATS_CHUNK: usize = 64;
+
+fn batch_stats_of<T: Logit>(
+    seqs: *mut Sequence,
+    batch: usize,
+    logits: *const T,
+    vocab: usize,
+    row_stride: usize,
+    out_steps: *mut Step,
+    out_stats: *mut TokenStats,
+) -> Status {
+    boundary!({
+        if vocab == 0 || row_stride < vocab {
+            return Status::BadSize;
+        }
+        let total = tri!(batch
+            .checked_sub(1)
+            .and_then(|b| b.checked_mul(row_stride))
+            .and_then(|n| n.checked_add(vocab))
+            .ok_or(Status::BadSize));
+        let logits = tri!(slice(logits, total));
+        let seqs = tri!(slice_mut(seqs, batch));
+        if seqs.iter().any(|s| !s.is_initialized()) {
+            return Status::NotInitialized;
+        }
+        let steps = tri!(slice_mut(out_steps, batch));
+        let stats = tri!(slice_mut(out_stats, batch));
+        // Rows are independent: chunks of the batch give the same steps as one call.
+        let mut rows_failed = false;
+        let mut held = [None; STATS_CHUNK];
+        for (c, ((seqs, steps), stats)) in seqs
+            .chunks_mut(STATS_CHUNK)
+            .zip(steps.chunks_mut(STATS_CHUNK))
+            .zip(stats.chunks_mut(STATS_CHUNK))
+            .enumerate()
+        {
+            let n = seqs.len();
+            let first = c * STATS_CHUNK * row_stride;
+            let rows = &logits[first..first + (n - 1) * row_stride + vocab];
+            match observe_batch_stats(seqs, rows, vocab, row_stride, steps, &mut held[..n]) {
+                Ok(()) => {}
+                Err(crate::Error::BatchRows { .. }) => rows_failed = true,
+                Err(e) => return e.into(),
+            }
+            for (out, got) in stats.iter_mut().zip(&held[..n]) {
+                *out = got.unwrap_or(TokenStats {
+                    vocab: 0,
+                    ..TokenStats::default()
+                });
+            }
+        }
+        if rows_failed {
+            Status::BatchRows
+        } else {
+            Status::Ok
+        }
+    })
+}
+
+/// [`t2po_seq_observe_batch_f32`], also writing the statistics of each row the step read to
+/// `out_stats[b]` (`batch` entries): the entropy, confidence, the row's largest logit and
+/// `ln Σ e^x`, so an engine's sampler can draw from `max_logit` and `log_sum_exp` instead of
+/// its own pass over the row. A row the step did not read — a forced step, or a row that
+/// failed — gets `vocab = 0` (a read row always has `vocab >= 1`) and zeros. The steps are
+/// exactly those of `t2po_seq_observe_batch_f32`.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_seq_observe_batch_stats_f32(
+    seqs: *mut Sequence,
+    batch: usize,
+    logits: *const f32,
+    vocab: usize,
+    row_stride: usize,
+    out_steps: *mut Step,
+    out_stats: *mut TokenStats,
+) -> Status {
+    batch_stats_of(seqs, batch, logits, vocab, row_stride, out_steps, out_stats)
+}
+
+/// [`t2po_seq_observe_batch_stats_f32`] for bf16 logits (raw bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_seq_observe_batch_stats_bf16(
+    seqs: *mut Sequence,
+    batch: usize,
+    logits: *const u16,
+    vocab: usize,
+    row_stride: usize,
+    out_steps: *mut Step,
+    out_stats: *mut TokenStats,
+) -> Status {
+    batch_stats_of(
+        seqs,
+        batch,
+        logits.cast::<bf16>(),
+        vocab,
+        row_stride,
+        out_steps,
+        out_stats,
+    )
+}
+
+/// [`t2po_seq_observe_batch_stats_f32`] for f16 logits (raw bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_seq_observe_batch_stats_f16(
+    seqs: *mut Sequence,
+    batch: usize,
+    logits: *const u16,
+    vocab: usize,
+    row_stride: usize,
+    out_steps: *mut Step,
+    out_stats: *mut TokenStats,
+) -> Status {
+    batch_stats_of(
+        seqs,
+        batch,
+        logits.cast::<f16>(),
+        vocab,
+        row_stride,
+        out_steps,
+        out_stats,
     )
 }
 

@@ -42,6 +42,10 @@ const C_NAMES: &[(&str, &str)] = &[
     ("Status", "t2po_status"),
     ("t2po_seq_observe_f32", "t2po_seq_observe_f32"),
     ("t2po_seq_observe_batch_f32", "t2po_seq_observe_batch_f32"),
+    (
+        "t2po_seq_observe_batch_stats_f32",
+        "t2po_seq_observe_batch_stats_f32",
+    ),
     ("t2po_step_apply_f32", "t2po_step_apply_f32"),
 ];
 

@@ -198,6 +198,96 @@ static void batched(void) {
   free(logits);
 }
 
+/* The batched step that also hands back each read row's statistics: over 150 rows (several of
+ * the entry point's internal chunks) and 120 steps, its steps equal the plain batched call's on
+ * twin sequences, and each read row's statistics equal t2po_token_stats_f32 of that row; forced
+ * and failed rows get vocab = 0. */
+static void batched_stats(void) {
+  enum { B = 150, STRIDE = V + 8 };
+  t2po_config cfg = test_config();
+  t2po_seq *plain = malloc(sizeof(t2po_seq) * B);
+  t2po_seq *with = malloc(sizeof(t2po_seq) * B);
+  float *logits = malloc(sizeof(float) * B * STRIDE);
+  t2po_step *a = malloc(sizeof(t2po_step) * B);
+  t2po_step *b_steps = malloc(sizeof(t2po_step) * B);
+  t2po_token_stats *stats = malloc(sizeof(t2po_token_stats) * B);
+  for (int b = 0; b < B; b++) {
+    EXPECT_STATUS(t2po_seq_init(&plain[b], &cfg), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_init(&with[b], &cfg), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_begin_generation(&plain[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_begin_generation(&with[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  }
+  int read_rows = 0, forced_rows = 0, mismatches = 0;
+  for (int t = 0; t < 120; t++) {
+    for (int b = 0; b < B; b++) model_logits(logits + (size_t)b * STRIDE, t + b);
+    EXPECT_STATUS(t2po_seq_observe_batch_f32(plain, B, logits, V, STRIDE, a), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_observe_batch_stats_f32(with, B, logits, V, STRIDE, b_steps, stats),
+                  T2PO_STATUS_OK);
+    for (int b = 0; b < B; b++) {
+      if (memcmp(&a[b], &b_steps[b], sizeof(t2po_step)) != 0) mismatches++;
+      if (a[b].forced_token >= 0) {
+        forced_rows++;
+        if (stats[b].vocab != 0) mismatches++;
+      } else {
+        t2po_token_stats want;
+        EXPECT_STATUS(t2po_token_stats_f32(logits + (size_t)b * STRIDE, V, cfg.top_j, &want),
+                      T2PO_STATUS_OK);
+        read_rows++;
+        if (memcmp(&want, &stats[b], sizeof(want)) != 0) mismatches++;
+      }
+      uint32_t tok = a[b].forced_token >= 0 ? (uint32_t)a[b].forced_token : 200;
+      EXPECT_STATUS(t2po_seq_accept(&plain[b], tok), T2PO_STATUS_OK);
+      EXPECT_STATUS(t2po_seq_accept(&with[b], tok), T2PO_STATUS_OK);
+    }
+  }
+  CHECK(mismatches == 0);
+  CHECK(forced_rows == 3 * B && read_rows == 120 * B - 3 * B);
+  /* A NaN in row 100 (the second chunk): that row fails with its own status and vocab = 0,
+   * the others are read. */
+  for (int b = 0; b < B; b++) model_logits(logits + (size_t)b * STRIDE, b);
+  logits[100 * STRIDE + 7] = NAN;
+  EXPECT_STATUS(t2po_seq_observe_batch_stats_f32(with, B, logits, V, STRIDE, b_steps, stats),
+                T2PO_STATUS_BATCH_ROWS);
+  CHECK(b_steps[100].status == T2PO_STATUS_NAN_LOGIT && stats[100].vocab == 0);
+  CHECK(b_steps[99].status == T2PO_STATUS_OK && stats[99].vocab == V);
+  CHECK(b_steps[149].status == T2PO_STATUS_OK && stats[149].vocab == V);
+  EXPECT_STATUS(t2po_seq_observe_batch_stats_f32(with, B, logits, V, STRIDE, b_steps, NULL),
+                T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_seq_observe_batch_stats_f32(with, B, logits, V, V - 1, b_steps, stats),
+                T2PO_STATUS_BAD_SIZE);
+  /* bf16 and f16 rows take the same path as their plain batched calls. */
+  uint16_t *half = malloc(sizeof(uint16_t) * B * STRIDE);
+  for (int b = 0; b < B; b++) {
+    EXPECT_STATUS(t2po_seq_begin_generation(&plain[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_begin_generation(&with[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  }
+  for (int kind = 0; kind < 2; kind++) {
+    for (size_t i = 0; i < (size_t)B * STRIDE; i++)
+      half[i] = kind == 0 ? to_bf16(frand() * 4.0f) : to_f16(frand() * 4.0f);
+    t2po_status sa = kind == 0 ? t2po_seq_observe_batch_bf16(plain, B, half, V, STRIDE, a)
+                               : t2po_seq_observe_batch_f16(plain, B, half, V, STRIDE, a);
+    t2po_status sb =
+        kind == 0 ? t2po_seq_observe_batch_stats_bf16(with, B, half, V, STRIDE, b_steps, stats)
+                  : t2po_seq_observe_batch_stats_f16(with, B, half, V, STRIDE, b_steps, stats);
+    CHECK(sa == T2PO_STATUS_OK && sb == T2PO_STATUS_OK);
+    int same = 1;
+    for (int b = 0; b < B; b++) {
+      same &= memcmp(&a[b], &b_steps[b], sizeof(t2po_step)) == 0;
+      same &= a[b].forced_token >= 0 ? stats[b].vocab == 0 : stats[b].vocab == V;
+      EXPECT_STATUS(t2po_seq_accept(&plain[b], 200), T2PO_STATUS_OK);
+      EXPECT_STATUS(t2po_seq_accept(&with[b], 200), T2PO_STATUS_OK);
+    }
+    CHECK(same);
+  }
+  free(half);
+  free(plain);
+  free(with);
+  free(logits);
+  free(a);
+  free(b_steps);
+  free(stats);
+}
+
 static void tds_turns(void) {
   t2po_config cfg;
   EXPECT_STATUS(t2po_config_default(T2PO_PROFILE_PAPER, &cfg), T2PO_STATUS_OK);
@@ -600,6 +690,7 @@ int main(void) {
   counters_and_corruption();
   full_loops();
   batched();
+  batched_stats();
   tds_turns();
   error_paths();
   if (failures) {
