@@ -180,8 +180,14 @@ impl Variant {
 pub struct ArmResult {
     /// The arm.
     pub variant: Variant,
+    /// Held-out evaluation of the cold start with this arm's settings (its TTI/TDS switches
+    /// change what the same policy does), one per seed.
+    pub before: Vec<RolloutSummary>,
     /// Held-out evaluation after RL, one per seed.
     pub after: Vec<RolloutSummary>,
+    /// Held-out success sampled at the rollout temperature after RL, one per seed (when
+    /// `train.eval_sampled`).
+    pub sampled_after: Vec<f64>,
     /// Wall seconds of RL, one per seed.
     pub seconds: Vec<f64>,
     /// Held-out success per evaluation iteration, one curve per seed.
@@ -219,7 +225,9 @@ pub fn ablate(
         .iter()
         .map(|&v| ArmResult {
             variant: v,
+            before: Vec::new(),
             after: Vec::new(),
+            sampled_after: Vec::new(),
             seconds: Vec::new(),
             curves: Vec::new(),
         })
@@ -281,7 +289,11 @@ pub fn ablate(
                     .map(|l| l.seconds)
                     .sum(),
             );
+            arm.before.push(r.before.unwrap_or_default());
             arm.after.push(r.after.unwrap_or_default());
+            if let Some(sampled) = lines.iter().rev().find_map(|l| l.eval_sampled.as_ref()) {
+                arm.sampled_after.push(sampled.success_rate);
+            }
         }
     }
     let table = table(base, seeds, &arms);
@@ -327,8 +339,8 @@ fn mean_curve(curves: &[Vec<(f64, f64)>]) -> Vec<(f64, f64)> {
 pub fn table(base: &TrainConfig, seeds: &[u64], arms: &[ArmResult]) -> String {
     let mut s = format!(
         "{}, {} RL iterations × {} tasks × {} episodes, seeds {:?}; held-out: {} tasks × {} episodes\n\n\
-         | method | held-out success (mean ± std) | task score | format-valid turns | think tokens/turn | turns/episode | TDS resample rate | RL wall time (s) |\n\
-         |---|---|---|---|---|---|---|---|\n",
+         | method | held-out success before RL | after RL (mean ± std) | gain (mean ± std) | sampled after | task score | format-valid turns | think tokens/turn | turns/episode | TDS resample rate | RL wall time (s) |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
         base.env.as_str(),
         base.train.iterations,
         base.rollout.tasks_per_iteration,
@@ -341,7 +353,21 @@ pub fn table(base: &TrainConfig, seeds: &[u64], arms: &[ArmResult]) -> String {
         let f = |g: &dyn Fn(&RolloutSummary) -> f64| {
             mean_std(&a.after.iter().map(g).collect::<Vec<_>>())
         };
+        let (bm, bs) = mean_std(&a.before.iter().map(|e| e.success_rate).collect::<Vec<_>>());
         let (sm, ss) = f(&|e| e.success_rate);
+        let gains: Vec<f64> = a
+            .before
+            .iter()
+            .zip(&a.after)
+            .map(|(b, e)| e.success_rate - b.success_rate)
+            .collect();
+        let (gm, gs) = mean_std(&gains);
+        let sampled = if a.sampled_after.is_empty() {
+            "–".to_string()
+        } else {
+            let (m, s) = mean_std(&a.sampled_after);
+            format!("{m:.3} ± {s:.3}")
+        };
         let (sc, _) = f(&|e| e.score);
         let (fv, _) = f(&|e| e.format_valid_rate);
         let (th, _) = f(&|e| e.think_tokens_per_turn);
@@ -349,7 +375,7 @@ pub fn table(base: &TrainConfig, seeds: &[u64], arms: &[ArmResult]) -> String {
         let (rs, _) = f(&|e| e.tds_resample_rate);
         let (wt, _) = mean_std(&a.seconds);
         s.push_str(&format!(
-            "| {} | {sm:.3} ± {ss:.3} | {sc:.3} | {fv:.3} | {th:.1} | {tu:.2} | {rs:.3} | {wt:.0} |\n",
+            "| {} | {bm:.3} ± {bs:.3} | {sm:.3} ± {ss:.3} | {gm:+.3} ± {gs:.3} | {sampled} | {sc:.3} | {fv:.3} | {th:.1} | {tu:.2} | {rs:.3} | {wt:.0} |\n",
             a.variant.name()
         ));
     }
@@ -475,6 +501,41 @@ mod tests {
             e.contains("control.trigger") && e.contains("hard_budget"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_table_gives_each_arms_start_end_and_gain_over_seeds() {
+        let base = TrainConfig::default_for(EnvKind::Search).unwrap();
+        let at = |success_rate: f64| RolloutSummary {
+            success_rate,
+            ..RolloutSummary::default()
+        };
+        let arm = ArmResult {
+            variant: Variant::T2po,
+            before: vec![at(0.3), at(0.5)],
+            after: vec![at(0.4), at(0.8)],
+            sampled_after: vec![0.25, 0.35],
+            seconds: vec![10.0, 20.0],
+            curves: Vec::new(),
+        };
+        let no_sampled = ArmResult {
+            variant: Variant::Gigpo,
+            sampled_after: Vec::new(),
+            ..arm.clone()
+        };
+        let t = table(&base, &[1, 2], &[arm, no_sampled]);
+        // before 0.4 ± 0.141, after 0.6 ± 0.283, gains +0.1 and +0.3: +0.200 ± 0.141.
+        assert!(
+            t.contains("| T2PO | 0.400 ± 0.141 | 0.600 ± 0.283 | +0.200 ± 0.141 | 0.300 ± 0.071 |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| GiGPO | 0.400 ± 0.141 | 0.600 ± 0.283 | +0.200 ± 0.141 | – |"),
+            "{t}"
+        );
+        let header = t.lines().find(|l| l.starts_with("| method")).unwrap();
+        let row = t.lines().find(|l| l.starts_with("| T2PO")).unwrap();
+        assert_eq!(header.matches('|').count(), row.matches('|').count());
     }
 
     #[test]
