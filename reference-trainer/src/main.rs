@@ -342,7 +342,9 @@ enum Command {
         #[arg(long, value_enum, default_value = "search")]
         env: EnvKind,
         /// A Hugging Face checkpoint folder (config.json, safetensors, tokenizer.json) or a GGUF
-        /// file.
+        /// file. A training run's checkpoint (`RUN/checkpoints/iter-NNNNNN`) runs with its run's
+        /// config: the run's environment and world, caps, TTI/TDS settings (calibrated ones
+        /// included), with the switches below on top.
         #[arg(long)]
         checkpoint: Option<PathBuf>,
         /// The task index in the held-out split.
@@ -351,7 +353,8 @@ enum Command {
         /// Episodes of that task to sample (one batch).
         #[arg(long, default_value_t = 2)]
         episodes: usize,
-        /// Seed of the sampling (and of the embedded default's weights and data).
+        /// Seed of the sampling (and of the embedded default's weights and data; a training
+        /// checkpoint keeps its run's world).
         #[arg(long, default_value_t = defaults::SEED)]
         seed: u64,
         /// Rules of the control kernel.
@@ -425,6 +428,11 @@ fn device_of(d: DeviceArg) -> Result<Device> {
 /// Whether `--env` was on the command line (not just its default).
 fn env_given() -> bool {
     std::env::args().any(|a| a == "--env" || a.starts_with("--env="))
+}
+
+/// Whether `--profile` was on the command line (not just its default).
+fn profile_given() -> bool {
+    std::env::args().any(|a| a == "--profile" || a.starts_with("--profile="))
 }
 
 fn config_of(run: &RunArgs, iterations: Option<usize>) -> Result<TrainConfig> {
@@ -713,13 +721,32 @@ fn run() -> Result<()> {
                 DeviceArg::Cuda => Device::new_cuda(0)
                     .context("--device cuda (a build with `--features cuda` and a GPU)")?,
             };
+            // A training run's checkpoint carries its run's config: its episodes are generated
+            // as the run's own rollouts were (its world, caps and control settings), with the
+            // switches below applied on top and --seed seeding the sampling only.
+            let mut run_cfg = None;
             let (model, tokenizer) = match &ckpt {
                 Some(file) if reference_trainer::gguf::is_gguf(file) => {
                     let (model, tok) = reference_trainer::gguf::load(file, DType::F32, &device)?;
                     control_tags_added(model, tok)?
                 }
                 Some(dir) => {
-                    reference_trainer::train::state::verify_if_training_checkpoint(dir)?;
+                    if reference_trainer::train::state::verify_if_training_checkpoint(dir)?
+                        .is_some()
+                    {
+                        let (state, _) = reference_trainer::train::state::verify(dir)?;
+                        let path = dir.join("trainer_state.json");
+                        let cfg = TrainConfig::parse(&state.config, &path)?;
+                        if cfg.env != env && env_given() {
+                            anyhow::bail!(
+                                "--env {} but {} was trained on {}",
+                                env.as_str(),
+                                dir.display(),
+                                cfg.env.as_str()
+                            );
+                        }
+                        run_cfg = Some(cfg);
+                    }
                     let model = checkpoint::load(dir, DType::F32, &device)?;
                     let tok = Tokenizer::load(dir.join("tokenizer.json"))?;
                     control_tags_added(model, tok)?
@@ -729,8 +756,12 @@ fn run() -> Result<()> {
                     (defaults::model(&tok, seed, &device)?, tok)
                 }
             };
-            let pool = EnvPool::generated(env, seed, defaults::pool_size(env)?)
-                .with_context(|| format!("building the {env:?} environments"))?;
+            let env = run_cfg.as_ref().map_or(env, |c| c.env);
+            let pool = match &run_cfg {
+                Some(cfg) => reference_trainer::train::run::pool_for(cfg)?,
+                None => EnvPool::generated(env, seed, defaults::pool_size(env)?)
+                    .with_context(|| format!("building the {env:?} environments"))?,
+            };
             let n_tasks = pool.num_tasks(Split::Test);
             if task >= n_tasks {
                 anyhow::bail!(
@@ -749,28 +780,50 @@ fn run() -> Result<()> {
                 },
                 hard_budget,
             };
-            let cfg = RolloutConfig {
-                control: switches
-                    .control_config_for(&tokenizer.control_tokens()?, env.response_tags())?,
-                mark_void: false,
-                sampling: SamplingParams {
-                    temperature,
-                    top_p: 1.0,
+            let cfg = match run_cfg {
+                Some(mut c) => {
+                    c.control.tti &= !no_tti;
+                    c.control.tds &= !no_tds;
+                    if hard_budget {
+                        c.control.hard_budget = true;
+                        c.control.trigger = None;
+                        c.control.calibrate = false;
+                    }
+                    if profile_given() {
+                        c.control.profile = switches.profile;
+                    }
+                    if let Some(m) = max_response {
+                        c.rollout.max_response_tokens = m;
+                    }
+                    if let Some(t) = max_turns {
+                        c.rollout.max_turns = t;
+                    }
+                    c.validate(std::path::Path::new("<command line>"))?;
+                    c.rollout_config(&tokenizer.control_tokens()?, temperature, seed)?
+                }
+                None => RolloutConfig {
+                    control: switches
+                        .control_config_for(&tokenizer.control_tokens()?, env.response_tags())?,
+                    mark_void: false,
+                    sampling: SamplingParams {
+                        temperature,
+                        top_p: 1.0,
+                    },
+                    // A user's checkpoint gets the paper's caps (spec §5); the tiny default its own.
+                    max_response_tokens: max_response.unwrap_or(if ckpt.is_some() {
+                        defaults::paper_max_response_tokens(env)
+                    } else {
+                        defaults::max_response_tokens(env)
+                    }),
+                    max_prompt_tokens: if ckpt.is_some() {
+                        defaults::PAPER_MAX_PROMPT_TOKENS
+                    } else {
+                        defaults::MAX_PROMPT_TOKENS
+                    },
+                    history_length: pool.history_length(),
+                    max_turns: max_turns.unwrap_or(pool.max_turns()),
+                    seed,
                 },
-                // A user's checkpoint gets the paper's caps (spec §5); the tiny default its own.
-                max_response_tokens: max_response.unwrap_or(if ckpt.is_some() {
-                    defaults::paper_max_response_tokens(env)
-                } else {
-                    defaults::max_response_tokens(env)
-                }),
-                max_prompt_tokens: if ckpt.is_some() {
-                    defaults::PAPER_MAX_PROMPT_TOKENS
-                } else {
-                    defaults::MAX_PROMPT_TOKENS
-                },
-                history_length: pool.history_length(),
-                max_turns: max_turns.unwrap_or(pool.max_turns()),
-                seed,
             };
             let mut envs: Vec<_> = (0..episodes).map(|_| pool.make(Split::Test)).collect();
             let specs: Vec<EpisodeSpec> = (0..episodes)

@@ -112,6 +112,42 @@ fn every_environment_trains_end_to_end() {
                 own.think_tokens_per_turn
             )
         );
+        // `generate` on it runs the run's own settings (the tiny caps: responses of at most
+        // 40 tokens, at most 3 turns, thinking cut by L_max = 24), not the paper's.
+        let records = work.path().join(format!("gen-{}.jsonl", env.as_str()));
+        ok(cli(cache.path())
+            .args([
+                "generate",
+                "--episodes",
+                "3",
+                "--temperature",
+                "1",
+                "--checkpoint",
+            ])
+            .arg(&ck)
+            .arg("--jsonl")
+            .arg(&records)
+            .output()
+            .unwrap());
+        let c = tiny(env, 2);
+        for line in std::fs::read_to_string(&records).unwrap().lines() {
+            let r: serde_json::Value = serde_json::from_str(line).unwrap();
+            let turns = r["turns"].as_array().unwrap();
+            assert!(
+                !turns.is_empty() && turns.len() <= c.rollout.max_turns,
+                "{env:?}"
+            );
+            for t in turns {
+                let g = &t["generation"];
+                let n = g["response_ids"].as_array().unwrap().len();
+                assert!(n <= c.rollout.max_response_tokens, "{env:?}: {n} tokens");
+                let think = g["think_tokens"].as_u64().unwrap();
+                assert!(
+                    think <= u64::from(c.control.max_think),
+                    "{env:?}: think {think}"
+                );
+            }
+        }
     }
 }
 
