@@ -15,6 +15,7 @@ use reference_trainer::rollout::{
     SamplingParams, Split,
 };
 use reference_trainer::tokenizer::Tokenizer;
+use reference_trainer::train::run::RUN_CONFIG;
 use reference_trainer::train::{train, Reporter, RunOptions, RunResult, TrainConfig};
 
 /// Log lines on stdout; one progress bar per phase on stderr (indicatif draws nothing when
@@ -342,9 +343,9 @@ enum Command {
         #[arg(long, value_enum, default_value = "search")]
         env: EnvKind,
         /// A Hugging Face checkpoint folder (config.json, safetensors, tokenizer.json) or a GGUF
-        /// file. A training run's checkpoint (`RUN/checkpoints/iter-NNNNNN`) runs with its run's
-        /// config: the run's environment and world, caps, TTI/TDS settings (calibrated ones
-        /// included), with the switches below on top.
+        /// file. A training run's checkpoint (`RUN/checkpoints/iter-NNNNNN`, or its exported
+        /// `RUN/cold-start`) runs with its run's config: the run's environment and world, caps,
+        /// TTI/TDS settings (calibrated ones included), with the switches below on top.
         #[arg(long)]
         checkpoint: Option<PathBuf>,
         /// The task index in the held-out split.
@@ -609,6 +610,19 @@ fn run() -> Result<()> {
                     }
                     cfg
                 }
+                // The exported cold start of a run carries the run's config beside it.
+                (None, None) if !is_gguf && ckpt.join(RUN_CONFIG).is_file() => {
+                    let cfg = TrainConfig::load(&ckpt.join(RUN_CONFIG))?;
+                    if cfg.env != env && env_given() {
+                        anyhow::bail!(
+                            "--env {} but {} was trained on {}",
+                            env.as_str(),
+                            ckpt.display(),
+                            cfg.env.as_str()
+                        );
+                    }
+                    cfg
+                }
                 (None, None) => TrainConfig::default_for(env)?,
             };
             if let Some(s) = seed {
@@ -737,6 +751,17 @@ fn run() -> Result<()> {
                         let (state, _) = reference_trainer::train::state::verify(dir)?;
                         let path = dir.join("trainer_state.json");
                         let cfg = TrainConfig::parse(&state.config, &path)?;
+                        if cfg.env != env && env_given() {
+                            anyhow::bail!(
+                                "--env {} but {} was trained on {}",
+                                env.as_str(),
+                                dir.display(),
+                                cfg.env.as_str()
+                            );
+                        }
+                        run_cfg = Some(cfg);
+                    } else if dir.join(RUN_CONFIG).is_file() {
+                        let cfg = TrainConfig::load(&dir.join(RUN_CONFIG))?;
                         if cfg.env != env && env_given() {
                             anyhow::bail!(
                                 "--env {} but {} was trained on {}",

@@ -112,40 +112,48 @@ fn every_environment_trains_end_to_end() {
                 own.think_tokens_per_turn
             )
         );
-        // `generate` on it runs the run's own settings (the tiny caps: responses of at most
-        // 40 tokens, at most 3 turns, thinking cut by L_max = 24), not the paper's.
-        let records = work.path().join(format!("gen-{}.jsonl", env.as_str()));
-        ok(cli(cache.path())
-            .args([
-                "generate",
-                "--episodes",
-                "3",
-                "--temperature",
-                "1",
-                "--checkpoint",
-            ])
-            .arg(&ck)
-            .arg("--jsonl")
-            .arg(&records)
+        // The exported cold start carries the run's config too: `eval` of it reproduces the
+        // run's evaluation before RL.
+        let stdout = ok(cli(cache.path())
+            .args(["eval", "--json", "--checkpoint"])
+            .arg(out.join("cold-start"))
             .output()
             .unwrap());
+        let json = &stdout[..stdout.find("\n}\n").expect("a JSON summary") + 2];
+        let again: reference_trainer::train::RolloutSummary = serde_json::from_str(json).unwrap();
+        let own = lines[3].eval.as_ref().unwrap();
+        assert_eq!(
+            (again.episodes, again.decoded_tokens, again.success_rate),
+            (own.episodes, own.decoded_tokens, own.success_rate),
+            "{env:?}"
+        );
+        // `generate` on either runs the run's own settings (the tiny caps: responses of at
+        // most 40 tokens, at most 3 turns, thinking cut by L_max = 24), not the paper's.
         let c = tiny(env, 2);
-        for line in std::fs::read_to_string(&records).unwrap().lines() {
-            let r: serde_json::Value = serde_json::from_str(line).unwrap();
-            let turns = r["turns"].as_array().unwrap();
-            assert!(
-                !turns.is_empty() && turns.len() <= c.rollout.max_turns,
-                "{env:?}"
-            );
-            for t in turns {
-                let g = &t["generation"];
-                let n = g["response_ids"].as_array().unwrap().len();
-                assert!(n <= c.rollout.max_response_tokens, "{env:?}: {n} tokens");
-                let think = g["think_tokens"].as_u64().unwrap();
+        for (k, dir) in [ck.clone(), out.join("cold-start")].iter().enumerate() {
+            let records = work.path().join(format!("gen-{}-{k}.jsonl", env.as_str()));
+            ok(cli(cache.path())
+                .args(["generate", "--episodes", "3", "--temperature", "1"])
+                .arg("--checkpoint")
+                .arg(dir)
+                .arg("--jsonl")
+                .arg(&records)
+                .output()
+                .unwrap());
+            for line in std::fs::read_to_string(&records).unwrap().lines() {
+                let r: serde_json::Value = serde_json::from_str(line).unwrap();
+                let turns = r["turns"].as_array().unwrap();
                 assert!(
-                    think <= u64::from(c.control.max_think),
-                    "{env:?}: think {think}"
+                    !turns.is_empty() && turns.len() <= c.rollout.max_turns,
+                    "{env:?}"
                 );
+                for t in turns {
+                    let g = &t["generation"];
+                    let n = g["response_ids"].as_array().unwrap().len();
+                    assert!(n <= c.rollout.max_response_tokens, "{env:?}: {n} tokens");
+                    let think = g["think_tokens"].as_u64().unwrap();
+                    assert!(think <= u64::from(c.control.max_think), "{env:?}: {think}");
+                }
             }
         }
     }

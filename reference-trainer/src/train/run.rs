@@ -31,6 +31,10 @@ use crate::rollout::{EnvPool, Split};
 use crate::tokenizer::Tokenizer;
 
 /// How a run is started.
+/// The run's config, written beside the exported cold start (`RUN/cold-start/run_config.toml`);
+/// RL checkpoints carry theirs in `trainer_state.json`.
+pub const RUN_CONFIG: &str = "run_config.toml";
+
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     /// The output folder.
@@ -596,6 +600,9 @@ fn train_until_stopped(
                 // run uses the calibrated values.
                 cfg.control.calibrated = Some(cal);
             }
+            // The run's config beside the exported cold start (calibrated values included), so
+            // `eval` and `generate` on that folder run as this run did.
+            checkpoint::write_atomic(&cold_dir.join(RUN_CONFIG), cfg.to_toml()?.as_bytes())?;
             let t0 = std::time::Instant::now();
             let before = evaluate(&policy, &tokenizer, &pool, &cfg, rep)?;
             rep.line(&format!(
