@@ -431,6 +431,34 @@ fn env_given() -> bool {
     std::env::args().any(|a| a == "--env" || a.starts_with("--env="))
 }
 
+/// The config of the training run a checkpoint folder comes from: an RL checkpoint's
+/// `trainer_state.json` (the folder's files checked against their recorded checksums first) or
+/// the exported cold start's `run_config.toml`; `None` for any other folder. An `--env` given on
+/// the command line must be the run's.
+fn run_config_of(dir: &std::path::Path, env: EnvKind) -> Result<Option<TrainConfig>> {
+    let state_path = dir.join("trainer_state.json");
+    let cfg = if state_path.is_file() {
+        let (state, verified) = reference_trainer::train::state::verify(dir)?;
+        if !verified {
+            eprintln!("{}", reference_trainer::train::state::unverified_note(dir));
+        }
+        TrainConfig::parse(&state.config, &state_path)?
+    } else if dir.join(RUN_CONFIG).is_file() {
+        TrainConfig::load(&dir.join(RUN_CONFIG))?
+    } else {
+        return Ok(None);
+    };
+    if cfg.env != env && env_given() {
+        anyhow::bail!(
+            "--env {} but {} was trained on {}",
+            env.as_str(),
+            dir.display(),
+            cfg.env.as_str()
+        );
+    }
+    Ok(Some(cfg))
+}
+
 /// Whether `--profile` was on the command line (not just its default).
 fn profile_given() -> bool {
     std::env::args().any(|a| a == "--profile" || a.starts_with("--profile="))
@@ -580,49 +608,16 @@ fn run() -> Result<()> {
                     checkpoint::CONFIG
                 );
             }
-            // A training checkpoint (it has trainer_state.json) has its files checked against
-            // the checksums it recorded before anything is loaded.
-            let trainer_state = if !is_gguf && ckpt.join("trainer_state.json").is_file() {
-                let (state, verified) = reference_trainer::train::state::verify(&ckpt)?;
-                if !verified {
-                    eprintln!(
-                        "{}",
-                        reference_trainer::train::state::unverified_note(&ckpt)
-                    );
-                }
-                Some((state, ckpt.join("trainer_state.json")))
-            } else {
+            // A training run's checkpoint carries its run's config: evaluated with it, it
+            // reproduces the run's own held-out numbers.
+            let run_cfg = if is_gguf {
                 None
+            } else {
+                run_config_of(&ckpt, env)?
             };
-            let mut cfg = match (&config, &trainer_state) {
+            let mut cfg = match (&config, run_cfg) {
                 (Some(p), _) => TrainConfig::load(p)?,
-                // A training checkpoint carries its run's config: evaluated with it, it
-                // reproduces the run's own held-out numbers.
-                (None, Some((state, path))) => {
-                    let cfg = TrainConfig::parse(&state.config, path)?;
-                    if cfg.env != env && env_given() {
-                        anyhow::bail!(
-                            "--env {} but {} was trained on {}",
-                            env.as_str(),
-                            ckpt.display(),
-                            cfg.env.as_str()
-                        );
-                    }
-                    cfg
-                }
-                // The exported cold start of a run carries the run's config beside it.
-                (None, None) if !is_gguf && ckpt.join(RUN_CONFIG).is_file() => {
-                    let cfg = TrainConfig::load(&ckpt.join(RUN_CONFIG))?;
-                    if cfg.env != env && env_given() {
-                        anyhow::bail!(
-                            "--env {} but {} was trained on {}",
-                            env.as_str(),
-                            ckpt.display(),
-                            cfg.env.as_str()
-                        );
-                    }
-                    cfg
-                }
+                (None, Some(cfg)) => cfg,
                 (None, None) => TrainConfig::default_for(env)?,
             };
             if let Some(s) = seed {
@@ -745,33 +740,7 @@ fn run() -> Result<()> {
                     control_tags_added(model, tok)?
                 }
                 Some(dir) => {
-                    if reference_trainer::train::state::verify_if_training_checkpoint(dir)?
-                        .is_some()
-                    {
-                        let (state, _) = reference_trainer::train::state::verify(dir)?;
-                        let path = dir.join("trainer_state.json");
-                        let cfg = TrainConfig::parse(&state.config, &path)?;
-                        if cfg.env != env && env_given() {
-                            anyhow::bail!(
-                                "--env {} but {} was trained on {}",
-                                env.as_str(),
-                                dir.display(),
-                                cfg.env.as_str()
-                            );
-                        }
-                        run_cfg = Some(cfg);
-                    } else if dir.join(RUN_CONFIG).is_file() {
-                        let cfg = TrainConfig::load(&dir.join(RUN_CONFIG))?;
-                        if cfg.env != env && env_given() {
-                            anyhow::bail!(
-                                "--env {} but {} was trained on {}",
-                                env.as_str(),
-                                dir.display(),
-                                cfg.env.as_str()
-                            );
-                        }
-                        run_cfg = Some(cfg);
-                    }
+                    run_cfg = run_config_of(dir, env)?;
                     let model = checkpoint::load(dir, DType::F32, &device)?;
                     let tok = Tokenizer::load(dir.join("tokenizer.json"))?;
                     control_tags_added(model, tok)?

@@ -535,6 +535,36 @@ pub unsafe extern "C" fn t2po_seq_observe_stats(
     })
 }
 
+/// A batched step's checked arguments: sequences, logits, steps.
+type BatchArgs<'a, T> = (&'a mut [Sequence], &'a [T], &'a mut [Step]);
+
+/// The checked arguments of a batched step: the sequences (each initialised), the logits
+/// (`(batch − 1)·row_stride + vocab` entries) and the steps, or the status that refuses them.
+fn batch_args<'a, T>(
+    seqs: *mut Sequence,
+    batch: usize,
+    logits: *const T,
+    vocab: usize,
+    row_stride: usize,
+    out_steps: *mut Step,
+) -> Result<BatchArgs<'a, T>, Status> {
+    if vocab == 0 || row_stride < vocab {
+        return Err(Status::BadSize);
+    }
+    let total = batch
+        .checked_sub(1)
+        .and_then(|b| b.checked_mul(row_stride))
+        .and_then(|n| n.checked_add(vocab))
+        .ok_or(Status::BadSize)?;
+    let logits = slice(logits, total)?;
+    let seqs = slice_mut(seqs, batch)?;
+    if seqs.iter().any(|s| !s.is_initialized()) {
+        return Err(Status::NotInitialized);
+    }
+    let steps = slice_mut(out_steps, batch)?;
+    Ok((seqs, logits, steps))
+}
+
 fn batch_of<T: Logit>(
     seqs: *mut Sequence,
     batch: usize,
@@ -544,20 +574,9 @@ fn batch_of<T: Logit>(
     out_steps: *mut Step,
 ) -> Status {
     boundary!({
-        if vocab == 0 || row_stride < vocab {
-            return Status::BadSize;
-        }
-        let total = tri!(batch
-            .checked_sub(1)
-            .and_then(|b| b.checked_mul(row_stride))
-            .and_then(|n| n.checked_add(vocab))
-            .ok_or(Status::BadSize));
-        let logits = tri!(slice(logits, total));
-        let seqs = tri!(slice_mut(seqs, batch));
-        if seqs.iter().any(|s| !s.is_initialized()) {
-            return Status::NotInitialized;
-        }
-        let steps = tri!(slice_mut(out_steps, batch));
+        let (seqs, logits, steps) = tri!(batch_args(
+            seqs, batch, logits, vocab, row_stride, out_steps
+        ));
         match observe_batch(seqs, logits, vocab, row_stride, steps) {
             Ok(()) => Status::Ok,
             Err(e) => e.into(),
@@ -646,20 +665,9 @@ fn batch_stats_of<T: Logit>(
     out_stats: *mut TokenStats,
 ) -> Status {
     boundary!({
-        if vocab == 0 || row_stride < vocab {
-            return Status::BadSize;
-        }
-        let total = tri!(batch
-            .checked_sub(1)
-            .and_then(|b| b.checked_mul(row_stride))
-            .and_then(|n| n.checked_add(vocab))
-            .ok_or(Status::BadSize));
-        let logits = tri!(slice(logits, total));
-        let seqs = tri!(slice_mut(seqs, batch));
-        if seqs.iter().any(|s| !s.is_initialized()) {
-            return Status::NotInitialized;
-        }
-        let steps = tri!(slice_mut(out_steps, batch));
+        let (seqs, logits, steps) = tri!(batch_args(
+            seqs, batch, logits, vocab, row_stride, out_steps
+        ));
         let stats = tri!(slice_mut(out_stats, batch));
         // Rows are independent: chunks of the batch give the same steps as one call.
         let mut rows_failed = false;

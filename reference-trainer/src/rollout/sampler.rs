@@ -692,18 +692,30 @@ mod tests {
         assert!(e.to_string().contains("top_p"));
     }
 
-    #[test]
-    fn forced_steps_replace_sampling_and_are_accepted() {
+    /// The paper's rules on a small vocabulary: `<think>` 1, `</think>` 2, the forced queue
+    /// `</think>` then token 3, L_min = 4 and L_max = `max_think`.
+    fn think_config(max_think: u32) -> t2po_control::Config {
         let mut cfg = t2po_control::Config::paper();
         cfg.think_open = 1;
         cfg.think_close = 2;
         cfg.queue_len = 2;
         cfg.queue[..2].copy_from_slice(&[2, 3]);
         cfg.min_len = 4;
-        cfg.max_think = 6;
-        let mut seqs = vec![t2po_control::Sequence::new(&cfg).unwrap()];
-        seqs[0].reset();
-        seqs[0].begin_generation(t2po_control::ThinkStart::Inside);
+        cfg.max_think = max_think;
+        cfg
+    }
+
+    /// A sequence whose generation starts inside a think block.
+    fn inside_think(cfg: &t2po_control::Config) -> t2po_control::Sequence {
+        let mut seq = t2po_control::Sequence::new(cfg).unwrap();
+        seq.reset();
+        seq.begin_generation(t2po_control::ThinkStart::Inside);
+        seq
+    }
+
+    #[test]
+    fn forced_steps_replace_sampling_and_are_accepted() {
+        let mut seqs = vec![inside_think(&think_config(6))];
         let mut rngs = vec![ChaCha12Rng::seed_from_u64(1)];
         let mut s = Sampler::new(SamplingParams::default()).unwrap();
         // Token 5 always wins by far: the model never closes the think block itself.
@@ -725,18 +737,10 @@ mod tests {
 
     /// One think block of `steps` decode steps over `rows` at ε = `epsilon`: the draws.
     fn think_run(rows: &[Vec<f32>], epsilon: f32, seed: u64) -> Vec<Draw> {
-        let mut cfg = t2po_control::Config::paper();
-        cfg.think_open = 1;
-        cfg.think_close = 2;
-        cfg.queue_len = 2;
-        cfg.queue[..2].copy_from_slice(&[2, 3]);
-        cfg.min_len = 4;
-        cfg.max_think = 40;
+        let mut cfg = think_config(40);
         cfg.window = 2;
         cfg.epsilon = epsilon;
-        let mut seqs = vec![t2po_control::Sequence::new(&cfg).unwrap()];
-        seqs[0].reset();
-        seqs[0].begin_generation(t2po_control::ThinkStart::Inside);
+        let mut seqs = vec![inside_think(&cfg)];
         let mut rngs = vec![ChaCha12Rng::seed_from_u64(seed)];
         let mut s = Sampler::new(SamplingParams::default()).unwrap();
         let mut out = Vec::new();

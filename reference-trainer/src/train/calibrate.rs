@@ -87,16 +87,11 @@ pub fn calibrate(
         derive_seed(cfg.seed, 0, purpose::CALIBRATE_TASKS),
     );
     let warm_up = |phase: u64, epsilon: f32, rep: &mut dyn Reporter| {
+        // η = 0: TDS compares Γ and never resamples (every generation is kept and counted).
         let mut c = cfg.clone();
-        c.control.calibrated = Some(Calibrated {
-            epsilon,
-            eta: 0.0,
-            fire_rate: None,
-            resample_rate: None,
-            turns: 0,
-            checked_turns: 0,
-            later_turns: 0,
-        });
+        c.control.epsilon = epsilon;
+        c.control.eta = 0.0;
+        c.control.calibrated = None;
         let (records, _, _) = run_episodes(
             "calibrate",
             policy,

@@ -265,6 +265,22 @@ impl MetricsLine {
             seconds,
         }
     }
+
+    /// The line of `control.calibrate`'s warm-ups (iteration 0) that chose `cal`.
+    pub fn calibration(cal: super::config::Calibrated, seconds: f64) -> Self {
+        Self {
+            stage: "calibrate".into(),
+            iteration: 0,
+            rollout: None,
+            update: None,
+            eval: None,
+            eval_sampled: None,
+            rejection: None,
+            dynamic: None,
+            calibrated: Some(cal),
+            seconds,
+        }
+    }
 }
 
 /// `metrics.jsonl`: appended line by line (each flushed and synced).

@@ -584,18 +584,10 @@ fn train_until_stopped(
                 let t0 = std::time::Instant::now();
                 let cal = super::calibrate::calibrate(&policy, &tokenizer, &pool, &cfg, rep)?;
                 rep.line(&calibration_line(&cfg, &cal));
-                log.append(&MetricsLine {
-                    stage: "calibrate".into(),
-                    iteration: 0,
-                    rollout: None,
-                    update: None,
-                    eval: None,
-                    eval_sampled: None,
-                    rejection: None,
-                    dynamic: None,
-                    calibrated: Some(cal.clone()),
-                    seconds: t0.elapsed().as_secs_f64(),
-                })?;
+                log.append(&MetricsLine::calibration(
+                    cal.clone(),
+                    t0.elapsed().as_secs_f64(),
+                ))?;
                 // From here on (the evaluations, RL, every checkpoint's saved config) the
                 // run uses the calibrated values.
                 cfg.control.calibrated = Some(cal);
