@@ -17,7 +17,11 @@ fn every_environment_trains_end_to_end() {
     let cache = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     for env in EnvKind::ALL {
-        let cfg_path = write_config(work.path(), &tiny(env, 2));
+        // Every demonstration's thinking cut where TTI could cut it: the experts of all three
+        // environments write the forced queue's text after `</think>`.
+        let mut cfg = tiny(env, 2);
+        cfg.rft.cut_think = 1.0;
+        let cfg_path = write_config(work.path(), &cfg);
         let out = work.path().join(format!("run-{}", env.as_str()));
         let stdout = ok(cli(cache.path())
             .args(["train", "--quiet", "--config"])
@@ -27,6 +31,12 @@ fn every_environment_trains_end_to_end() {
             .output()
             .unwrap());
         assert!(stdout.contains("before RL (after cold start)"), "{stdout}");
+        let cut = stdout
+            .split("thinking cut where TTI could cut it in ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse::<usize>().ok());
+        assert!(cut.is_some_and(|n| n > 0), "{env:?}: {stdout}");
         assert!(stdout.contains("| after RL |"), "{stdout}");
         let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
         let stages: Vec<(&str, usize)> = lines

@@ -304,6 +304,15 @@ pub struct RftSection {
     /// Weight of the prompt tokens' loss relative to the response's (0: responses only; see
     /// [`crate::train::sft_step`]).
     pub prompt_loss_weight: f64,
+    /// Beyond the paper: the share of demonstrations whose thinking is cut where TTI could cut
+    /// it — the think span stopped after a drawn number of tokens (at least `control.min_len`
+    /// − 1, fewer than the expert wrote), then the rollout's forced queue and the expert's
+    /// action ([`crate::train::cut_thinking`]). The paper's policy is a pretrained model that
+    /// goes on to its action after a forced `</think>`; a policy trained from random weights on
+    /// whole demonstrations has never seen one mid-thought and opens a second think block (an
+    /// invalid format). 0: off (and when absent, as in configs written before it existed).
+    #[serde(default)]
+    pub cut_think: f64,
     /// Peak learning rate of the cold start.
     pub lr: f64,
     /// Linear warm-up steps of the demonstration SFT.
@@ -609,6 +618,7 @@ impl TrainConfig {
             Closed(0.0),
             Closed(100.0),
         )?;
+        c.real("rft.cut_think", f.cut_think, Closed(0.0), Closed(1.0))?;
         c.real("rft.lr", f.lr, Open(0.0), Closed(1.0))?;
         c.int("rft.warmup_steps", f.warmup_steps as usize, 0, 1 << 30)?;
         c.real("rft.final_lr", f.final_lr, Closed(0.0), Closed(1.0))?;

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{RlTasks, TrainConfig};
 use super::metrics::{MetricsLine, RejectionReport, RolloutSummary, UpdateReport};
 use super::optimizer::AdamW;
-use super::sft::{expert_demos, sft_step, Demo};
+use super::sft::{cut_thinking, expert_demos, sft_step, Demo};
 use super::state::derive_seed;
 use crate::error::{Error, Result};
 use crate::model::Qwen3;
@@ -56,6 +56,8 @@ pub mod purpose {
     pub const CALIBRATE_TASKS: u64 = 14;
     /// A warm-up rollout of `control.calibrate` (iteration 1: ε, 2: η).
     pub const CALIBRATE_ROLLOUT: u64 = 15;
+    /// Which demonstrations `rft.cut_think` cuts, and where.
+    pub const CUT_THINK: u64 = 16;
 }
 
 /// Hooks the caller gives a stage: a log line, a progress bar for a phase, and whether to stop.
@@ -457,7 +459,7 @@ fn sft(
 ) -> Result<(AdamW, u64)> {
     let f = &cfg.rft;
     let demo_tasks = demo_tasks(pool, cfg);
-    let demos = if f.demo_epochs > 0 {
+    let mut demos = if f.demo_epochs > 0 {
         expert_demos(
             pool,
             tokenizer,
@@ -468,6 +470,22 @@ fn sft(
     } else {
         Vec::new()
     };
+    let mut cut = 0;
+    if f.cut_think > 0.0 && !demos.is_empty() {
+        // The queue and L_min the rollouts use, so a cut demonstration is what a rollout holds
+        // after TTI fires.
+        let control = cfg
+            .rollout_config(&tokenizer.control_tokens()?, 1.0, 0)?
+            .control;
+        cut = cut_thinking(
+            &mut demos,
+            tokenizer,
+            &control.queue[..control.queue_len as usize],
+            control.min_len,
+            f.cut_think,
+            derive_seed(cfg.seed, 0, purpose::CUT_THINK),
+        )?;
+    }
     let sft_steps = (demos.len().div_ceil(f.batch_size) * f.demo_epochs) as u64;
     let mut opt = AdamW::new(cfg.rft_optimizer_config(sft_steps))?;
     if !demos.is_empty() {
@@ -485,6 +503,12 @@ fn sft(
             f.final_lr,
             f.warmup_steps.min(sft_steps),
         ));
+        if f.cut_think > 0.0 {
+            rep.line(&format!(
+                "  thinking cut where TTI could cut it in {cut} of them (rft.cut_think = {})",
+                f.cut_think
+            ));
+        }
         let u = fine_tune(
             "sft",
             policy,

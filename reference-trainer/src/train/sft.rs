@@ -68,6 +68,75 @@ pub fn expert_demos(
     Ok(out)
 }
 
+/// Cuts the thinking of a share `share` of `demos` where TTI could cut it, so the cold start
+/// shows the policy what follows a forced `</think>` (`rft.cut_think`). A chosen demonstration
+/// `<think>` + `n` thought tokens + `</think>…` keeps its first `k` thought tokens, `k` drawn
+/// uniformly from `max(min_len − 1, 1)..n` (TTI fires at t ≥ `min_len`, after `t − 1` tokens,
+/// and a cut is shorter than the expert's thought), then `queue` — the rollout's forced tokens
+/// — and the expert's response after the queue's text, re-encoded, then its end token: the
+/// tokens a rollout holds after TTI fires at step `k + 1` and the policy writes the expert's
+/// action. Demonstrations without a think span, with one of at most `max(min_len − 1, 1)`
+/// tokens, or whose text after the span does not begin with the queue's text are left whole.
+/// Returns how many were cut; the draws depend on `seed` and the demonstrations only.
+pub fn cut_thinking(
+    demos: &mut [Demo],
+    tokenizer: &Tokenizer,
+    queue: &[u32],
+    min_len: u32,
+    share: f64,
+    seed: u64,
+) -> Result<usize> {
+    use rand::{Rng, SeedableRng};
+    if !(0.0..=1.0).contains(&share) {
+        return Err(Error::invalid(
+            "rft.cut_think",
+            format!("{share}: must be in [0, 1]"),
+        ));
+    }
+    let ct = tokenizer.control_tokens()?;
+    if queue.first() != Some(&ct.think_close) {
+        return Err(Error::invalid(
+            "forced queue",
+            "must begin with `</think>` to cut a demonstration's thinking",
+        ));
+    }
+    let queue_text = tokenizer.decode(queue)?;
+    let lo = (min_len.saturating_sub(1) as usize).max(1);
+    let mut rng = rand_chacha::ChaCha12Rng::seed_from_u64(seed);
+    let mut cut = 0;
+    for d in demos.iter_mut() {
+        // One draw per demonstration whatever happens, so the choice of one does not shift
+        // the others'.
+        let pick = rng.random::<f64>() < share;
+        let at = rng.random::<u64>();
+        if !pick || d.response.first() != Some(&ct.think_open) {
+            continue;
+        }
+        let Some(close) = d.response.iter().position(|&t| t == ct.think_close) else {
+            continue;
+        };
+        let n = close - 1;
+        if n <= lo {
+            continue;
+        }
+        let Some((&end, body)) = d.response[close..].split_last() else {
+            continue;
+        };
+        let text = tokenizer.decode(body)?;
+        let Some(rest) = text.strip_prefix(&queue_text) else {
+            continue;
+        };
+        let k = lo + (at % (n - lo) as u64) as usize;
+        let mut r = d.response[..1 + k].to_vec();
+        r.extend_from_slice(queue);
+        r.extend(tokenizer.encode(rest)?);
+        r.push(end);
+        d.response = r;
+        cut += 1;
+    }
+    Ok(cut)
+}
+
 /// One optimizer step on `batch`, in micro-batches of `micro_batch` sequences whose gradients
 /// are summed (each scaled by its share of the batch's response tokens, so the result is the
 /// token mean over the whole batch).
@@ -200,6 +269,140 @@ mod tests {
         }
         assert!(last < 0.5 * first.loss, "{} → {last}", first.loss);
         assert!(sft_step(&model, &mut opt, &[], 1, 0.0).is_err());
+    }
+
+    fn think_tokenizer() -> Tokenizer {
+        let corpus: Vec<String> = (0..30)
+            .map(|i| {
+                format!(
+                    "<think>the results show {i} so the answer is here</think>\n\
+                     <search>alpha beta {i}</search><action>search[red tea]</action>"
+                )
+            })
+            .collect();
+        crate::tokenizer::build_default(corpus, 500).unwrap()
+    }
+
+    #[test]
+    fn cut_thinking_stops_the_thought_where_tti_could_and_keeps_the_action() {
+        let tok = think_tokenizer();
+        let ct = tok.control_tokens().unwrap();
+        let demo = |text: &str| {
+            let mut response = tok.encode(text).unwrap();
+            response.push(ct.im_end);
+            Demo {
+                prompt: vec![1, 2],
+                response,
+            }
+        };
+        let thought = "the results show 7 so the answer is here ".repeat(4);
+        let long = format!("<think>{thought}</think>\n<search>alpha beta 3</search>");
+        let whole = demo(&long);
+        let close = whole
+            .response
+            .iter()
+            .position(|&t| t == ct.think_close)
+            .unwrap();
+        let n = close - 1;
+        let min_len = 8u32;
+        assert!(n > 20, "{n} thought tokens");
+        let search_queue: Vec<u32> = ct.forced_queue[..1 + ct.newline.len()].to_vec();
+        let mut demos = vec![whole.clone(); 400];
+        // Left whole: no think span; a thought of min_len − 1 tokens (TTI cannot cut it shorter).
+        demos.push(demo("<search>alpha beta 3</search>"));
+        let short_thought = tok.decode(&whole.response[1..min_len as usize]).unwrap();
+        let short = demo(&format!(
+            "<think>{short_thought}</think>\n<search>x</search>"
+        ));
+        assert_eq!(
+            short.response.iter().position(|&t| t == ct.think_close),
+            Some(min_len as usize)
+        );
+        demos.push(short.clone());
+        let cut = cut_thinking(&mut demos, &tok, &search_queue, min_len, 1.0, 3).unwrap();
+        assert_eq!(cut, 400);
+        assert_eq!(
+            demos[400].response,
+            tok.encode("<search>alpha beta 3</search>")
+                .map(|mut r| {
+                    r.push(ct.im_end);
+                    r
+                })
+                .unwrap()
+        );
+        assert_eq!(demos[401], short);
+        let mut kept = Vec::new();
+        for d in &demos[..400] {
+            assert_eq!(d.prompt, whole.prompt);
+            let c = d
+                .response
+                .iter()
+                .position(|&t| t == ct.think_close)
+                .unwrap();
+            let k = c - 1;
+            // TTI fires at t ≥ L_min after t − 1 thought tokens; the cut is shorter than the
+            // expert's thought.
+            assert!((min_len as usize - 1..n).contains(&k), "k = {k}");
+            assert_eq!(d.response[..c], whole.response[..c]);
+            assert_eq!(d.response[c..c + search_queue.len()], search_queue[..]);
+            assert_eq!(*d.response.last().unwrap(), ct.im_end);
+            let after = &d.response[c + search_queue.len()..d.response.len() - 1];
+            assert_eq!(tok.decode(after).unwrap(), "<search>alpha beta 3</search>");
+            kept.push(k);
+        }
+        // Every cut length is drawn: 400 uniform draws over 15–20 values reach both ends.
+        assert_eq!(*kept.iter().min().unwrap(), min_len as usize - 1);
+        assert_eq!(*kept.iter().max().unwrap(), n - 1);
+
+        // The paper's queue for `<action>` environments: `</think>`, `\n`, `<action>`.
+        let act = demo(&format!(
+            "<think>{thought}</think>\n<action>search[red tea]</action>"
+        ));
+        let mut one = vec![act.clone()];
+        assert_eq!(
+            cut_thinking(&mut one, &tok, &ct.forced_queue, min_len, 1.0, 9).unwrap(),
+            1
+        );
+        let c = one[0]
+            .response
+            .iter()
+            .position(|&t| t == ct.think_close)
+            .unwrap();
+        assert_eq!(
+            one[0].response[c..c + ct.forced_queue.len()],
+            ct.forced_queue[..]
+        );
+        let text = tok.decode(&one[0].response).unwrap();
+        assert!(
+            text.ends_with("</think>\n<action>search[red tea]</action><|im_end|>"),
+            "{text}"
+        );
+
+        // A share draws about that share, the same ones for the same seed; 0 cuts nothing.
+        let mut half = vec![whole.clone(); 400];
+        let n_half = cut_thinking(&mut half, &tok, &search_queue, min_len, 0.5, 4).unwrap();
+        assert!((160..=240).contains(&n_half), "{n_half}");
+        let mut again = vec![whole.clone(); 400];
+        cut_thinking(&mut again, &tok, &search_queue, min_len, 0.5, 4).unwrap();
+        assert_eq!(half, again);
+        let mut none = vec![whole.clone(); 10];
+        assert_eq!(
+            cut_thinking(&mut none, &tok, &search_queue, min_len, 0.0, 4).unwrap(),
+            0
+        );
+        assert!(none.iter().all(|d| *d == whole));
+
+        // A text after the span that does not begin with the queue's: left whole.
+        let mut other = vec![demo(&format!("<think>{thought}</think><search>q</search>"))];
+        let before = other.clone();
+        assert_eq!(
+            cut_thinking(&mut other, &tok, &search_queue, min_len, 1.0, 5).unwrap(),
+            0
+        );
+        assert_eq!(other, before);
+        // Bad arguments.
+        assert!(cut_thinking(&mut none, &tok, &search_queue, min_len, 1.5, 4).is_err());
+        assert!(cut_thinking(&mut none, &tok, &ct.newline, min_len, 0.5, 4).is_err());
     }
 
     #[test]
