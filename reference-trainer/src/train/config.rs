@@ -908,6 +908,7 @@ mod tests {
         expect.pretrain.passages = 0;
         expect.rft.demo_tasks = 48;
         expect.rft.prompt_loss_weight = 0.0;
+        expect.rft.cut_think = 0.0;
         expect.rft.lr = 1e-3;
         expect.rft.warmup_steps = 2;
         expect.rft.final_lr = 1e-4;
