@@ -250,13 +250,14 @@ pub struct MetricsLine {
 }
 
 impl MetricsLine {
-    /// A cold-start line (iteration 0): a fine-tuning `update` of `stage` that took `seconds`.
-    pub fn cold_start(stage: &str, update: UpdateReport, seconds: f64) -> Self {
+    /// A line of `stage` at `iteration` that took `seconds`, with no report yet (fill the
+    /// ones the stage has with struct-update syntax).
+    pub fn new(stage: &str, iteration: usize, seconds: f64) -> Self {
         Self {
             stage: stage.into(),
-            iteration: 0,
+            iteration,
             rollout: None,
-            update: Some(update),
+            update: None,
             eval: None,
             eval_sampled: None,
             rejection: None,
@@ -266,19 +267,19 @@ impl MetricsLine {
         }
     }
 
+    /// A cold-start line (iteration 0): a fine-tuning `update` of `stage` that took `seconds`.
+    pub fn cold_start(stage: &str, update: UpdateReport, seconds: f64) -> Self {
+        Self {
+            update: Some(update),
+            ..Self::new(stage, 0, seconds)
+        }
+    }
+
     /// The line of `control.calibrate`'s warm-ups (iteration 0) that chose `cal`.
     pub fn calibration(cal: super::config::Calibrated, seconds: f64) -> Self {
         Self {
-            stage: "calibrate".into(),
-            iteration: 0,
-            rollout: None,
-            update: None,
-            eval: None,
-            eval_sampled: None,
-            rejection: None,
-            dynamic: None,
             calibrated: Some(cal),
-            seconds,
+            ..Self::new("calibrate", 0, seconds)
         }
     }
 }
@@ -501,19 +502,7 @@ mod tests {
         let log = MetricsLog::new(dir.path().join("metrics.jsonl"));
         assert!(log.read().unwrap().is_empty());
         for i in 0..4 {
-            log.append(&MetricsLine {
-                stage: "rl".into(),
-                iteration: i,
-                rollout: None,
-                update: None,
-                eval: None,
-                eval_sampled: None,
-                rejection: None,
-                dynamic: None,
-                calibrated: None,
-                seconds: i as f64,
-            })
-            .unwrap();
+            log.append(&MetricsLine::new("rl", i, i as f64)).unwrap();
         }
         // A torn last line (a crash mid-write) is ignored.
         let mut f = fs::OpenOptions::new()
@@ -545,19 +534,7 @@ mod tests {
             123_456.789_012_345_67,
         ];
         for (i, &v) in values.iter().enumerate() {
-            log.append(&MetricsLine {
-                stage: "rl".into(),
-                iteration: i,
-                rollout: None,
-                update: None,
-                eval: None,
-                eval_sampled: None,
-                rejection: None,
-                dynamic: None,
-                calibrated: None,
-                seconds: v,
-            })
-            .unwrap();
+            log.append(&MetricsLine::new("rl", i, v)).unwrap();
         }
         let before = fs::read_to_string(log.path()).unwrap();
         let read: Vec<u64> = log

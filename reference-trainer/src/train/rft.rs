@@ -437,8 +437,6 @@ pub fn cold_start(
         let line = MetricsLine {
             rollout: Some(summary),
             rejection: Some(rejection),
-            dynamic: None,
-            calibrated: None,
             ..MetricsLine::cold_start("rft", u, t0.elapsed().as_secs_f64())
         };
         on_stage(Stage::Rejection(round), &opt, sft_steps, line, rep)?;
@@ -470,22 +468,23 @@ fn sft(
     } else {
         Vec::new()
     };
-    let mut cut = 0;
-    if f.cut_think > 0.0 && !demos.is_empty() {
+    let cut = if f.cut_think > 0.0 && !demos.is_empty() {
         // The queue and L_min the rollouts use, so a cut demonstration is what a rollout holds
         // after TTI fires.
         let control = cfg
             .rollout_config(&tokenizer.control_tokens()?, 1.0, 0)?
             .control;
-        cut = cut_thinking(
+        cut_thinking(
             &mut demos,
             tokenizer,
             &control.queue[..control.queue_len as usize],
             control.min_len,
             f.cut_think,
             derive_seed(cfg.seed, 0, purpose::CUT_THINK),
-        )?;
-    }
+        )?
+    } else {
+        0
+    };
     let sft_steps = (demos.len().div_ceil(f.batch_size) * f.demo_epochs) as u64;
     let mut opt = AdamW::new(cfg.rft_optimizer_config(sft_steps))?;
     if !demos.is_empty() {

@@ -602,16 +602,9 @@ fn train_until_stopped(
                 evaluation_line(&before, cfg.train.eval_temperature)
             ));
             log.append(&MetricsLine {
-                stage: "eval".into(),
-                iteration: 0,
-                rollout: None,
-                update: None,
                 eval: Some(before.headline.clone()),
                 eval_sampled: before.sampled.clone(),
-                rejection: None,
-                dynamic: None,
-                calibrated: None,
-                seconds: t0.elapsed().as_secs_f64(),
+                ..MetricsLine::new("eval", 0, t0.elapsed().as_secs_f64())
             })?;
             let opt = AdamW::new(cfg.optimizer_config())?;
             (cfg, policy, tokenizer, opt, 0, Some(before.headline), pool)
@@ -751,16 +744,12 @@ fn train_until_stopped(
         };
         drop(old);
         let line = MetricsLine {
-            stage: "rl".into(),
-            iteration: it,
             rollout: Some(summary),
             update: Some(report),
             eval,
             eval_sampled,
-            rejection: None,
             dynamic,
-            calibrated: None,
-            seconds: t0.elapsed().as_secs_f64(),
+            ..MetricsLine::new("rl", it, t0.elapsed().as_secs_f64())
         };
         rep.line(&iteration_line(&line, iterations));
         log.append(&line)?;

@@ -287,6 +287,7 @@ mod tests {
     fn cut_thinking_stops_the_thought_where_tti_could_and_keeps_the_action() {
         let tok = think_tokenizer();
         let ct = tok.control_tokens().unwrap();
+        let close_of = |r: &[u32]| r.iter().position(|&t| t == ct.think_close);
         let demo = |text: &str| {
             let mut response = tok.encode(text).unwrap();
             response.push(ct.im_end);
@@ -298,11 +299,7 @@ mod tests {
         let thought = "the results show 7 so the answer is here ".repeat(4);
         let long = format!("<think>{thought}</think>\n<search>alpha beta 3</search>");
         let whole = demo(&long);
-        let close = whole
-            .response
-            .iter()
-            .position(|&t| t == ct.think_close)
-            .unwrap();
+        let close = close_of(&whole.response).unwrap();
         let n = close - 1;
         let min_len = 8u32;
         assert!(n > 20, "{n} thought tokens");
@@ -314,10 +311,7 @@ mod tests {
         let short = demo(&format!(
             "<think>{short_thought}</think>\n<search>x</search>"
         ));
-        assert_eq!(
-            short.response.iter().position(|&t| t == ct.think_close),
-            Some(min_len as usize)
-        );
+        assert_eq!(close_of(&short.response), Some(min_len as usize));
         demos.push(short.clone());
         let cut = cut_thinking(&mut demos, &tok, &search_queue, min_len, 1.0, 3).unwrap();
         assert_eq!(cut, 400);
@@ -334,11 +328,7 @@ mod tests {
         let mut kept = Vec::new();
         for d in &demos[..400] {
             assert_eq!(d.prompt, whole.prompt);
-            let c = d
-                .response
-                .iter()
-                .position(|&t| t == ct.think_close)
-                .unwrap();
+            let c = close_of(&d.response).unwrap();
             let k = c - 1;
             // TTI fires at t ≥ L_min after t − 1 thought tokens; the cut is shorter than the
             // expert's thought.
@@ -363,11 +353,7 @@ mod tests {
             cut_thinking(&mut one, &tok, &ct.forced_queue, min_len, 1.0, 9).unwrap(),
             1
         );
-        let c = one[0]
-            .response
-            .iter()
-            .position(|&t| t == ct.think_close)
-            .unwrap();
+        let c = close_of(&one[0].response).unwrap();
         assert_eq!(
             one[0].response[c..c + ct.forced_queue.len()],
             ct.forced_queue[..]
