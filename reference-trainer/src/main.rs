@@ -670,6 +670,13 @@ fn run() -> Result<()> {
                 s.tti_fire_rate,
                 s.tds_resample_rate
             );
+            let label = ckpt.display().to_string();
+            if let Some(t) = reference_trainer::train::run::by_source_table(
+                "success by source",
+                &[(label.as_str(), &s)],
+            ) {
+                println!("\n{t}");
+            }
             Ok(())
         }
         Command::Ablate {

@@ -87,6 +87,7 @@ fn group(model: &Qwen3, winner: usize) -> Vec<EpisodeRecord> {
                 task: 0,
                 group: 0,
                 task_text: String::new(),
+                source: String::new(),
                 turns: vec![turn(r, lp, if won { 1.0 } else { 0.0 }, won)],
                 success: won,
                 score: if won { 1.0 } else { 0.0 },

@@ -176,6 +176,7 @@ pub(crate) mod tests {
             task: group,
             group,
             task_text: String::new(),
+            source: String::new(),
             total_reward: turns.iter().map(|t| t.reward).sum(),
             turns,
             success: false,

@@ -262,6 +262,7 @@ pub fn rollout_until<P: Policy>(
             task: spec.task,
             group: spec.group,
             task_text: env.task().to_string(),
+            source: String::new(),
             turns: Vec::new(),
             success: false,
             score: 0.0,
@@ -447,6 +448,9 @@ fn finish_turn(
     l.record.total_reward += t.reward;
     l.record.success = t.info.won;
     l.record.score = t.info.score;
+    if l.record.source != t.info.source {
+        l.record.source.clone_from(&t.info.source);
+    }
     l.record.void |= void;
     if !t.info.parts.is_empty() {
         l.record.reward_parts = t

@@ -112,6 +112,11 @@ pub struct EpisodeRecord {
     pub group: usize,
     /// The task text.
     pub task_text: String,
+    /// Where the task came from, as the environment reports it (Search QA: the question's
+    /// dataset, `nq`, `hotpotqa`, …; WebShop: the product category; empty where none), for
+    /// success by source as verl validates per `data_source`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
     /// The kept turns.
     pub turns: Vec<TurnRecord>,
     /// Whether the task was solved.

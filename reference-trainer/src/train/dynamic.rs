@@ -99,6 +99,7 @@ mod tests {
             task: group,
             group,
             task_text: String::new(),
+            source: String::new(),
             turns: Vec::new(),
             success: reward > 0.0,
             score: reward,

@@ -73,6 +73,21 @@ pub struct RolloutSummary {
     /// over the purchases whose goal has options), the paper's Table 8 decomposition.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reward_parts: BTreeMap<String, f64>,
+    /// Success and score by the episodes' source (Search QA: the question's dataset), as verl
+    /// validates per `data_source`; empty where the environment reports none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_source: BTreeMap<String, SourceSummary>,
+}
+
+/// The episodes of one source, summarised.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SourceSummary {
+    /// Episodes from this source.
+    pub episodes: usize,
+    /// Fraction of them that solved their task.
+    pub success_rate: f64,
+    /// Their mean task score.
+    pub score: f64,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -113,7 +128,19 @@ impl RolloutSummary {
                 p.1 += 1;
             }
         }
+        let mut by_source: BTreeMap<String, SourceSummary> = BTreeMap::new();
+        for e in records.iter().filter(|e| !e.source.is_empty()) {
+            let x = by_source.entry(e.source.clone()).or_default();
+            x.episodes += 1;
+            x.success_rate += f64::from(u8::from(e.success));
+            x.score += e.score;
+        }
+        for x in by_source.values_mut() {
+            x.success_rate /= x.episodes as f64;
+            x.score /= x.episodes as f64;
+        }
         Self {
+            by_source,
             scored_episodes: records
                 .iter()
                 .filter(|e| !e.reward_parts.is_empty())
@@ -421,6 +448,7 @@ mod tests {
             task: 0,
             group: 0,
             task_text: String::new(),
+            source: String::new(),
             turns,
             success,
             score,
@@ -494,6 +522,42 @@ mod tests {
         let json = serde_json::to_string(&s).unwrap();
         assert!(json.contains("\"reward_parts\":{\"r_att\":0.75"), "{json}");
         assert_eq!(serde_json::from_str::<RolloutSummary>(&json).unwrap(), s);
+    }
+
+    #[test]
+    fn success_by_source_counts_each_source_apart() {
+        let of = |source: &str, success: bool| {
+            let mut e = episode(
+                vec![turn(5, None, true)],
+                success,
+                f64::from(u8::from(success)),
+                0,
+            );
+            e.source = source.into();
+            e
+        };
+        let recs = vec![
+            of("nq", true),
+            of("nq", false),
+            of("nq", false),
+            of("nq", true),
+            of("musique", true),
+            of("", true), // no source: in the totals, in no source's row
+        ];
+        let s = RolloutSummary::of(&recs, &RolloutStats::default(), 1.0);
+        assert_eq!(s.success_rate, 4.0 / 6.0);
+        assert_eq!(s.by_source.len(), 2);
+        let nq = &s.by_source["nq"];
+        assert_eq!((nq.episodes, nq.success_rate, nq.score), (4, 0.5, 0.5));
+        let m = &s.by_source["musique"];
+        assert_eq!((m.episodes, m.success_rate, m.score), (1, 1.0, 1.0));
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"by_source\":{\"musique\""), "{json}");
+        assert_eq!(serde_json::from_str::<RolloutSummary>(&json).unwrap(), s);
+        // Without sources the key is left out, and lines written before it read back.
+        let none = RolloutSummary::of(&recs[5..], &RolloutStats::default(), 1.0);
+        assert!(none.by_source.is_empty());
+        assert!(!serde_json::to_string(&none).unwrap().contains("by_source"));
     }
 
     #[test]

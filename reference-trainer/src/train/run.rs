@@ -8,6 +8,7 @@
 //! KL reference), `checkpoints/iter-NNNNNN/` + `checkpoints/latest`, `plots/*.png`,
 //! `results.md`.
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
@@ -954,7 +955,49 @@ pub fn results_table(
             ));
         }
     }
+    let rows: Vec<(&str, &RolloutSummary)> = [("before RL", before), ("after RL", after)]
+        .into_iter()
+        .filter_map(|(l, e)| e.map(|e| (l, e)))
+        .collect();
+    if let Some(t) = by_source_table("success by source (held-out)", &rows) {
+        s.push('\n');
+        s.push_str(&t);
+    }
     s
+}
+
+/// Success by source (markdown), one row per labelled summary and one column per source any
+/// of them has (with its episodes), as verl reports validation per `data_source`. `None` when
+/// fewer than two sources are present (one source says no more than the totals).
+pub fn by_source_table(title: &str, rows: &[(&str, &RolloutSummary)]) -> Option<String> {
+    let mut sources: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, r) in rows {
+        for (k, v) in &r.by_source {
+            let n = sources.entry(k.as_str()).or_default();
+            *n = (*n).max(v.episodes);
+        }
+    }
+    if sources.len() < 2 {
+        return None;
+    }
+    let mut s = format!("| {title} |");
+    for (k, n) in &sources {
+        s.push_str(&format!(" {k} ({n}) |"));
+    }
+    s.push_str("\n|---|");
+    s.push_str(&"---|".repeat(sources.len()));
+    s.push('\n');
+    for (label, r) in rows {
+        s.push_str(&format!("| {label} |"));
+        for k in sources.keys() {
+            match r.by_source.get(*k) {
+                Some(v) => s.push_str(&format!(" {:.3} |", v.success_rate)),
+                None => s.push_str(" – |"),
+            }
+        }
+        s.push('\n');
+    }
+    Some(s)
 }
 
 /// `t − L_min` of the convergence rule's fires in `at` (entry `t` counts fires at `t`): the mean
@@ -1142,5 +1185,44 @@ mod tests {
         assert!(v.is_none());
         let v = verdict(Some(&held_out(0.2)), Some(&held_out(0.2)), 0).unwrap();
         assert!(v.contains("no RL iterations ran"), "{v}");
+    }
+
+    #[test]
+    fn the_by_source_table_has_a_column_per_source_and_a_row_per_summary() {
+        use super::super::metrics::SourceSummary;
+        let with = |kv: &[(&str, usize, f64)]| RolloutSummary {
+            by_source: kv
+                .iter()
+                .map(|&(k, episodes, success_rate)| {
+                    let x = SourceSummary {
+                        episodes,
+                        success_rate,
+                        score: success_rate,
+                    };
+                    (k.to_string(), x)
+                })
+                .collect(),
+            ..held_out(0.0)
+        };
+        let before = with(&[("nq", 10, 0.5), ("musique", 10, 0.1)]);
+        let after = with(&[("nq", 10, 0.7), ("musique", 10, 0.2), ("popqa", 10, 0.3)]);
+        let t = by_source_table("by source", &[("before", &before), ("after", &after)]).unwrap();
+        assert_eq!(
+            t,
+            "| by source | musique (10) | nq (10) | popqa (10) |\n|---|---|---|---|\n\
+             | before | 0.100 | 0.500 | – |\n| after | 0.200 | 0.700 | 0.300 |\n"
+        );
+        // One source (or none) adds nothing to the totals: no table.
+        let one = with(&[("nq", 10, 0.5)]);
+        assert!(by_source_table("t", &[("a", &one)]).is_none());
+        assert!(by_source_table("t", &[("a", &held_out(0.2))]).is_none());
+        // The results table carries it under the before/after rows.
+        let cfg = TrainConfig::default_for(crate::rollout::EnvKind::Search).unwrap();
+        let r = results_table(&cfg, Some(&before), Some(&after));
+        assert!(
+            r.contains("| success by source (held-out) | musique (10)"),
+            "{r}"
+        );
+        assert!(r.contains("| after RL | 0.200 | 0.700 | 0.300 |"), "{r}");
     }
 }
