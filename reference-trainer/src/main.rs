@@ -675,7 +675,7 @@ fn run() -> Result<()> {
                 "success by source",
                 &[(label.as_str(), &s)],
             ) {
-                println!("\n{t}");
+                print!("\n{t}");
             }
             Ok(())
         }
