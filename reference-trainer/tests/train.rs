@@ -70,6 +70,12 @@ fn every_environment_trains_end_to_end() {
             "KL on ALFWorld only"
         );
         assert!(rl.eval.is_some(), "held-out evaluation at iteration 2");
+        // Every environment names each episode's source (Search QA: the dataset, WebShop: the
+        // category, ALFWorld: the task type): the by-source counts cover every episode.
+        for summary in [r, rl.eval.as_ref().unwrap()] {
+            let n: usize = summary.by_source.values().map(|v| v.episodes).sum();
+            assert_eq!(n, summary.episodes, "{env:?}: {:?}", summary.by_source);
+        }
         for p in [
             "success.png",
             "format_valid.png",
@@ -122,6 +128,7 @@ fn every_environment_trains_end_to_end() {
                 own.think_tokens_per_turn
             )
         );
+        assert_eq!(again.by_source, own.by_source, "{env:?}");
         // The exported cold start carries the run's config too: `eval` of it reproduces the
         // run's evaluation before RL.
         let stdout = ok(cli(cache.path())
