@@ -1142,6 +1142,32 @@ pub fn write_plots(dir: &Path, lines: &[MetricsLine], min_len: u32) -> Result<Ve
             },
         ));
     }
+    // Held-out greedy success of each source (where an environment names two or more), as
+    // markers: the evaluations are sparse, and the sources can move apart (README: RL that
+    // lifts multi-hop questions can cost single-hop ones).
+    let mut by_source: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+    for l in lines {
+        for (k, v) in l.eval.iter().flat_map(|e| &e.by_source) {
+            by_source
+                .entry(k.as_str())
+                .or_default()
+                .push((l.iteration as f64, v.success_rate));
+        }
+    }
+    if by_source.len() >= 2 {
+        charts.push((
+            "success_by_source.png",
+            Chart {
+                title: "Held-out success by source (greedy)".into(),
+                x_label: "RL iteration".into(),
+                y_label: "success rate".into(),
+                series: by_source
+                    .into_iter()
+                    .map(|(k, points)| Series::markers(k, points))
+                    .collect(),
+            },
+        ));
+    }
     let mut out = Vec::new();
     for (name, chart) in &charts {
         let path = dir.join(name);
@@ -1224,5 +1250,22 @@ mod tests {
             "{r}"
         );
         assert!(r.contains("| after RL | 0.200 | 0.700 | 0.300 |"), "{r}");
+        // The plots: one chart of the held-out success by source, only with two sources or more.
+        let line = |iteration: usize, eval: &RolloutSummary| MetricsLine {
+            rollout: Some(held_out(0.5)),
+            eval: Some(eval.clone()),
+            ..MetricsLine::new("rl", iteration, 1.0)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_plots(dir.path(), &[line(1, &before), line(2, &after)], 16).unwrap();
+        let png = dir.path().join("success_by_source.png");
+        assert!(written.contains(&png), "{written:?}");
+        assert!(std::fs::read(&png)
+            .unwrap()
+            .starts_with(b"\x89PNG\r\n\x1a\n"));
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_plots(dir.path(), &[line(1, &one), line(2, &one)], 16).unwrap();
+        assert!(!written.iter().any(|p| p.ends_with("success_by_source.png")));
+        assert!(written.iter().any(|p| p.ends_with("success.png")));
     }
 }
