@@ -113,8 +113,8 @@ pub struct EpisodeRecord {
     /// The task text.
     pub task_text: String,
     /// Where the task came from, as the environment reports it (Search QA: the question's
-    /// dataset, `nq`, `hotpotqa`, …; WebShop: the product category; empty where none), for
-    /// success by source as verl validates per `data_source`.
+    /// dataset, `nq`, `hotpotqa`, …; WebShop: the product category; ALFWorld: the task type;
+    /// empty where none), for success by source as verl validates per `data_source`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source: String,
     /// The kept turns.

@@ -73,8 +73,8 @@ pub struct RolloutSummary {
     /// over the purchases whose goal has options), the paper's Table 8 decomposition.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reward_parts: BTreeMap<String, f64>,
-    /// Success and score by the episodes' source (Search QA: the question's dataset), as verl
-    /// validates per `data_source`; empty where the environment reports none.
+    /// Success and score by the episodes' source ([`EpisodeRecord::source`]), as verl validates
+    /// per `data_source`; empty where the environment reports none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub by_source: BTreeMap<String, SourceSummary>,
 }
