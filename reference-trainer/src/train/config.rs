@@ -235,10 +235,23 @@ pub struct AlgoSection {
     /// baseline.
     #[serde(default)]
     pub length_reward: f64,
+    /// Beyond the paper: weight of an SFT term on the cold start's demonstrations in every RL
+    /// optimizer step (InstructGPT's PPO-ptx with the demonstrations as its data;
+    /// `ppo::SftAnchor`); 0: off. Needs `rft.demo_epochs` > 0 (the demonstrations are rebuilt
+    /// from the config, as the cold start drew them).
+    #[serde(default)]
+    pub sft_coef: f64,
+    /// Demonstrations per RL optimizer step for that term.
+    #[serde(default = "default_sft_per_step")]
+    pub sft_per_step: usize,
 }
 
 fn default_max_gen_batches() -> usize {
     4
+}
+
+fn default_sft_per_step() -> usize {
+    8
 }
 
 /// Group normalisation, as the config spells it.
@@ -582,6 +595,18 @@ impl TrainConfig {
             Closed(0.0),
             Closed(100.0),
         )?;
+        c.real("algo.sft_coef", a.sft_coef, Closed(0.0), Closed(100.0))?;
+        c.int("algo.sft_per_step", a.sft_per_step, 1, 4096)?;
+        if a.sft_coef > 0.0 && self.rft.demo_epochs == 0 {
+            return Err(Error::invalid(
+                "algo.sft_coef",
+                format!(
+                    "{}: the SFT anchor trains on the cold start's demonstrations, and \
+                     rft.demo_epochs = 0 has none",
+                    a.sft_coef
+                ),
+            ));
+        }
         let o = &self.optim;
         c.real("optim.lr", o.lr, Open(0.0), Closed(1.0))?;
         c.real(
@@ -1103,6 +1128,25 @@ mod tests {
             "env = \"minecraft\"",
         ));
         assert!(e.contains("minecraft"), "{e}");
+        // The SFT anchor: a weight in range, and demonstrations to anchor on.
+        let anchored = |to: &str| {
+            with(
+                EnvKind::Search,
+                "\nlength_reward",
+                &format!("\n{to}\nlength_reward"),
+            )
+        };
+        let e = err(&anchored("sft_coef = -1.0"));
+        assert!(e.contains("algo.sft_coef"), "{e}");
+        let e = err(&anchored("sft_per_step = 0"));
+        assert!(e.contains("algo.sft_per_step"), "{e}");
+        let e = err(&anchored("sft_coef = 1.0").replacen("demo_epochs = 3", "demo_epochs = 0", 1));
+        assert!(
+            e.contains("algo.sft_coef") && e.contains("demo_epochs"),
+            "{e}"
+        );
+        let ok = TrainConfig::parse(&anchored("sft_coef = 1.0"), Path::new("run.toml")).unwrap();
+        assert_eq!((ok.algo.sft_coef, ok.algo.sft_per_step), (1.0, 8));
     }
 
     #[test]

@@ -227,6 +227,10 @@ pub struct UpdateReport {
     /// verl's `rollout_probs_diff_mean`: the mean of the same differences.
     #[serde(default)]
     pub rollout_probs_diff_mean: f64,
+    /// The SFT anchor's negative log-likelihood per demonstration token, mean over the
+    /// optimizer steps (`algo.sft_coef` > 0; `ppo::SftAnchor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sft_loss: Option<f64>,
     /// Forward-and-backward tokens per second.
     pub tokens_per_second: f64,
     /// Wall seconds.

@@ -8,6 +8,12 @@
 //! step the current weights *are* that policy, so the first mini-batch takes them from its own
 //! forward pass, detached — the same numbers a separate pass would recompute, at no cost.
 //! Later mini-batches take them from `old` (the frozen copy the rollout ran on).
+//!
+//! An optional [`SftAnchor`] adds, to every optimizer step, the token-mean negative
+//! log-likelihood of a few of the cold start's demonstrations at a weight — InstructGPT's
+//! PPO-ptx term (Ouyang et al. 2022, eq. 2), with the demonstrations in place of pretraining
+//! text: what RL does not reward (a solved kind of task, whose groups all succeed and so carry
+//! no advantage) is held where the cold start put it.
 
 use std::ops::ControlFlow;
 
@@ -19,6 +25,7 @@ use candle_core::{DType, Tensor};
 
 use super::metrics::UpdateReport;
 use super::optimizer::{Accumulated, AdamW};
+use super::sft::Demo;
 use crate::algo::{pack_rows, ppo_loss, LossConfig, LossInputs, TrainingRow};
 use crate::error::{Error, Result};
 use crate::model::Qwen3;
@@ -34,6 +41,19 @@ pub struct UpdateConfig {
     pub temperature: f64,
     /// Seed of the mini-batch shuffle.
     pub seed: u64,
+}
+
+/// The SFT term of an RL update (see the module doc): every optimizer step adds
+/// `coef × NLL` over the response tokens of `per_step` demonstrations drawn from `demos`
+/// (without replacement within a step, seeded by the update's seed and the step).
+#[derive(Clone, Copy, Debug)]
+pub struct SftAnchor<'a> {
+    /// The demonstrations (the cold start's).
+    pub demos: &'a [Demo],
+    /// Weight of the term against the PPO loss (> 0).
+    pub coef: f64,
+    /// Demonstrations per optimizer step (≥ 1).
+    pub per_step: usize,
 }
 
 /// Splits `rows` (indices) into micro-batches of at most `budget` padded tokens, longest first.
@@ -69,21 +89,33 @@ pub fn update(
     cfg: &UpdateConfig,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<UpdateReport> {
-    let done = update_until(policy, old, reference, opt, rows, loss, cfg, |d, t| {
-        progress(d, t);
-        ControlFlow::Continue(())
-    })?;
+    let done = update_until(
+        policy,
+        old,
+        reference,
+        None,
+        opt,
+        rows,
+        loss,
+        cfg,
+        |d, t| {
+            progress(d, t);
+            ControlFlow::Continue(())
+        },
+    )?;
     Ok(done.expect("an update that is never told to stop finishes"))
 }
 
-/// [`update`] that `progress` can end early: after a micro-batch it answers
-/// [`ControlFlow::Break`] to give up (`Ok(None)`). The policy and the optimizer then hold the
-/// optimizer steps of the mini-batches already done: the caller restores them.
+/// [`update`] with an optional [`SftAnchor`], that `progress` can end early: after a
+/// micro-batch it answers [`ControlFlow::Break`] to give up (`Ok(None)`). The policy and the
+/// optimizer then hold the optimizer steps of the mini-batches already done: the caller
+/// restores them.
 #[allow(clippy::too_many_arguments)]
 pub fn update_until(
     policy: &Qwen3,
     old: &Qwen3,
     reference: Option<&Qwen3>,
+    anchor: Option<&SftAnchor<'_>>,
     opt: &mut AdamW,
     rows: &[TrainingRow],
     loss: &LossConfig,
@@ -104,6 +136,19 @@ pub fn update_until(
             "a KL coefficient above 0 needs a reference policy",
         ));
     }
+    if let Some(a) = anchor {
+        if a.demos.is_empty() || a.per_step == 0 || !(a.coef.is_finite() && a.coef > 0.0) {
+            return Err(Error::invalid(
+                "algo.sft_coef",
+                format!(
+                    "the SFT anchor needs demonstrations ({}), a weight > 0 ({}) and ≥ 1 per step ({})",
+                    a.demos.len(),
+                    a.coef,
+                    a.per_step
+                ),
+            ));
+        }
+    }
     let mut order: Vec<usize> = (0..rows.len()).collect();
     order.shuffle(&mut ChaCha12Rng::seed_from_u64(cfg.seed));
     let n_mini = cfg.mini_batches.clamp(1, rows.len());
@@ -119,6 +164,7 @@ pub fn update_until(
     let total_micro: usize = plans.iter().map(Vec::len).sum();
     let mut done = 0;
     let (mut diff_max, mut diff_sum, mut diff_n) = (0f64, 0f64, 0usize);
+    let mut anchor_nll = 0.0;
     // Token-weighted sums of the loss metrics.
     let (mut w, mut loss_s, mut pg_s, mut clip_s, mut dual_s, mut akl_s, mut ent_s, mut kl_s) =
         (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
@@ -195,6 +241,10 @@ pub fn update_until(
                 return Ok(None);
             }
         }
+        if let Some(a) = anchor {
+            let nll = anchor_term(policy, a, cfg, step, &mut acc)?;
+            anchor_nll += nll / minis.len() as f64;
+        }
         let s = opt.step(policy.params(), &acc)?;
         report.grad_norm = s.grad_norm;
         report.lr = s.lr;
@@ -208,11 +258,53 @@ pub fn update_until(
     report.approx_kl = akl_s / w;
     report.entropy = ent_s / w;
     report.kl = (loss.kl_coef > 0.0).then_some(kl_s / w);
+    report.sft_loss = anchor.map(|_| anchor_nll);
     report.rollout_probs_diff_max = diff_max;
     report.rollout_probs_diff_mean = diff_sum / diff_n.max(1) as f64;
     report.seconds = t0.elapsed().as_secs_f64();
     report.tokens_per_second = report.forward_tokens as f64 / report.seconds.max(1e-9);
     Ok(Some(report))
+}
+
+/// Adds the gradient of `coef × NLL` (token mean over the response tokens) of the anchor's
+/// demonstrations for optimizer step `step` to `acc`, in micro-batches of at most
+/// `cfg.micro_batch_tokens` padded tokens; returns the NLL (before the step).
+fn anchor_term(
+    policy: &Qwen3,
+    a: &SftAnchor<'_>,
+    cfg: &UpdateConfig,
+    step: usize,
+    acc: &mut Accumulated,
+) -> Result<f64> {
+    let mut rng = ChaCha12Rng::seed_from_u64(cfg.seed ^ 0xA4C4_0000 ^ step as u64);
+    let mut picked: Vec<&Demo> =
+        rand::seq::index::sample(&mut rng, a.demos.len(), a.per_step.min(a.demos.len()))
+            .into_iter()
+            .map(|i| &a.demos[i])
+            .collect();
+    picked.sort_by_key(|d| std::cmp::Reverse(d.prompt.len() + d.response.len()));
+    let total: usize = picked.iter().map(|d| d.response.len()).sum();
+    let mut nll = 0.0;
+    let mut at = 0;
+    while at < picked.len() {
+        let longest = picked[at].prompt.len() + picked[at].response.len();
+        let n = (cfg.micro_batch_tokens / longest.max(1))
+            .max(1)
+            .min(picked.len() - at);
+        let chunk = &picked[at..at + n];
+        at += n;
+        let seqs: Vec<Vec<u32>> = chunk
+            .iter()
+            .map(|d| d.prompt.iter().chain(&d.response).copied().collect())
+            .collect();
+        let start: Vec<usize> = chunk.iter().map(|d| d.prompt.len()).collect();
+        // The demonstrations are scored as the cold start was trained on them: at T = 1.
+        let out = policy.token_log_probs(&seqs, &start)?;
+        let part = (out.log_probs.sum_all()?.neg()? / total as f64)?;
+        nll += part.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        acc.add(policy.params(), &(part * a.coef)?.backward()?)?;
+    }
+    Ok(nll)
 }
 
 #[cfg(test)]
@@ -360,5 +452,134 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.steps, 0);
+    }
+
+    #[test]
+    fn the_sft_anchor_raises_the_demonstrations_likelihood_and_is_checked() {
+        let cfg = Qwen3Config::small(40, 16, 32, 1, 2, 1, 8, 64);
+        let policy = Qwen3::random(cfg, 5, DType::F32, &Device::Cpu).unwrap();
+        let mut opt = AdamW::new(AdamWConfig {
+            lr: 1e-2,
+            ..AdamWConfig::default()
+        })
+        .unwrap();
+        let demos = vec![
+            Demo {
+                prompt: vec![1, 2, 3],
+                response: vec![11, 12, 13],
+            },
+            Demo {
+                prompt: vec![4, 5],
+                response: vec![14, 15],
+            },
+        ];
+        let nll = |m: &Qwen3| -> f32 {
+            demos
+                .iter()
+                .map(|d| {
+                    let ids: Vec<u32> = d.prompt.iter().chain(&d.response).copied().collect();
+                    -m.token_log_probs(&[ids], &[d.prompt.len()])
+                        .unwrap()
+                        .log_probs
+                        .sum_all()
+                        .unwrap()
+                        .to_scalar::<f32>()
+                        .unwrap()
+                })
+                .sum()
+        };
+        // Rows whose advantage is 0: the PPO term moves nothing, the anchor alone trains.
+        let rows = vec![row(&[1, 2], &[3, 4], 0.0), row(&[6], &[7, 8, 9], 0.0)];
+        let ucfg = UpdateConfig {
+            mini_batches: 2,
+            micro_batch_tokens: 8,
+            temperature: 1.0,
+            seed: 9,
+        };
+        let anchor = SftAnchor {
+            demos: &demos,
+            coef: 1.0,
+            per_step: 2,
+        };
+        let before = nll(&policy);
+        let mut reported = Vec::new();
+        for i in 0..5 {
+            let old = policy.frozen_copy().unwrap();
+            // One step first, so its report is the NLL before any step.
+            let steps = if i == 0 { 1 } else { 2 };
+            let r = update_until(
+                &policy,
+                &old,
+                None,
+                Some(&anchor),
+                &mut opt,
+                &rows,
+                &LossConfig {
+                    entropy_coef: 0.0,
+                    ..LossConfig::default()
+                },
+                &UpdateConfig {
+                    mini_batches: steps,
+                    ..ucfg
+                },
+                |_, _| ControlFlow::Continue(()),
+            )
+            .unwrap()
+            .unwrap();
+            assert_eq!(r.steps, steps);
+            reported.push(r.sft_loss.unwrap());
+        }
+        // The first report is the token mean of the demonstrations' NLL before any step.
+        let tokens: usize = demos.iter().map(|d| d.response.len()).sum();
+        assert!(
+            (reported[0] - f64::from(before) / tokens as f64).abs() < 1e-4,
+            "{reported:?} vs {before}/{tokens}"
+        );
+        let after = nll(&policy);
+        assert!(after < before - 1.0, "{before} → {after}");
+        assert!(reported[4] < reported[0], "{reported:?}");
+        // Without the anchor no SFT loss is reported.
+        let old = policy.frozen_copy().unwrap();
+        let r = update(
+            &policy,
+            &old,
+            None,
+            &mut opt,
+            &rows,
+            &LossConfig::default(),
+            &ucfg,
+            |_, _| {},
+        )
+        .unwrap();
+        assert!(r.sft_loss.is_none());
+        // A malformed anchor is an error naming the key.
+        for bad in [
+            SftAnchor {
+                demos: &[],
+                ..anchor
+            },
+            SftAnchor {
+                coef: 0.0,
+                ..anchor
+            },
+            SftAnchor {
+                per_step: 0,
+                ..anchor
+            },
+        ] {
+            let e = update_until(
+                &policy,
+                &old,
+                None,
+                Some(&bad),
+                &mut opt,
+                &rows,
+                &LossConfig::default(),
+                &ucfg,
+                |_, _| ControlFlow::Continue(()),
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("algo.sft_coef"), "{e}");
+        }
     }
 }

@@ -444,17 +444,16 @@ pub fn cold_start(
     Ok(())
 }
 
-/// The SFT stage: plans it (the demonstrations and the optimizer, whose schedule spans its
-/// steps), runs it when there are demonstrations, and returns the optimizer the rejection
-/// rounds continue with and the SFT's step count.
-fn sft(
-    policy: &Qwen3,
-    tokenizer: &Tokenizer,
+/// The cold start's demonstrations: the experts' episodes on [`demo_tasks`] (none when
+/// `rft.demo_epochs` is 0), with the thinking of a share `rft.cut_think` of them cut where TTI
+/// could cut it ([`cut_thinking`]); returns the tasks, the demonstrations and how many were cut.
+/// Deterministic in the config, so RL's SFT anchor (`algo.sft_coef`) rebuilds the very
+/// demonstrations the cold start was trained on.
+pub fn cold_start_demos(
     pool: &EnvPool,
+    tokenizer: &Tokenizer,
     cfg: &TrainConfig,
-    rep: &mut dyn Reporter,
-    on_stage: &mut OnStage<'_>,
-) -> Result<(AdamW, u64)> {
+) -> Result<(Vec<usize>, Vec<Demo>, usize)> {
     let f = &cfg.rft;
     let demo_tasks = demo_tasks(pool, cfg);
     let mut demos = if f.demo_epochs > 0 {
@@ -485,6 +484,22 @@ fn sft(
     } else {
         0
     };
+    Ok((demo_tasks, demos, cut))
+}
+
+/// The SFT stage: plans it (the demonstrations and the optimizer, whose schedule spans its
+/// steps), runs it when there are demonstrations, and returns the optimizer the rejection
+/// rounds continue with and the SFT's step count.
+fn sft(
+    policy: &Qwen3,
+    tokenizer: &Tokenizer,
+    pool: &EnvPool,
+    cfg: &TrainConfig,
+    rep: &mut dyn Reporter,
+    on_stage: &mut OnStage<'_>,
+) -> Result<(AdamW, u64)> {
+    let f = &cfg.rft;
+    let (demo_tasks, demos, cut) = cold_start_demos(pool, tokenizer, cfg)?;
     let sft_steps = (demos.len().div_ceil(f.batch_size) * f.demo_epochs) as u64;
     let mut opt = AdamW::new(cfg.rft_optimizer_config(sft_steps))?;
     if !demos.is_empty() {

@@ -18,7 +18,7 @@ use super::config::TrainConfig;
 use super::metrics::{MetricsLine, MetricsLog, RolloutSummary};
 use super::optimizer::AdamW;
 use super::plots::{write_png, Chart, PlotError, Series};
-use super::ppo::{update_until, UpdateConfig};
+use super::ppo::{update_until, SftAnchor, UpdateConfig};
 use super::rft::{
     check_stop, cold_start, pretrain, purpose, rl_task_pool, run_episodes, sample_from, Reporter,
     Stage,
@@ -646,6 +646,25 @@ fn train_until_stopped(
     } else {
         Vec::new()
     };
+    // The SFT anchor's demonstrations: the cold start's, rebuilt from the config.
+    let anchor_demos = if cfg.algo.sft_coef > 0.0 && iterations > start_iter {
+        let (_, demos, _) = super::rft::cold_start_demos(&pool, &tokenizer, &cfg)?;
+        rep.line(&format!(
+            "RL: SFT anchor on the cold start's {} demonstrations, {} per step at weight {} \
+             (algo.sft_coef)",
+            demos.len(),
+            cfg.algo.sft_per_step,
+            cfg.algo.sft_coef
+        ));
+        demos
+    } else {
+        Vec::new()
+    };
+    let anchor = (!anchor_demos.is_empty()).then_some(SftAnchor {
+        demos: &anchor_demos,
+        coef: cfg.algo.sft_coef,
+        per_step: cfg.algo.sft_per_step,
+    });
     let mut after = None;
     for it in start_iter + 1..=iterations {
         // Leaving on a stop request: the iteration in progress is dropped (the policy and the
@@ -704,6 +723,7 @@ fn train_until_stopped(
             &policy,
             &old,
             reference.as_ref(),
+            anchor.as_ref(),
             &mut opt,
             &rows,
             &loss_cfg,
@@ -872,6 +892,9 @@ pub fn iteration_line(l: &MetricsLine, iterations: usize) -> String {
         u.tokens_per_second,
         l.seconds
     );
+    if let Some(x) = u.sft_loss {
+        s.push_str(&format!(" | sft anchor {x:.3}"));
+    }
     if let Some(e) = &l.eval {
         s.push_str(&format!(
             " | held-out success {:.3} score {:.3}",
