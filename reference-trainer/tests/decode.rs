@@ -235,6 +235,95 @@ fn the_direct_decode_rolls_out_the_same_episodes_as_the_candle_decode() {
     assert!(tokens > 300, "{tokens} tokens compared");
 }
 
+/// A rollout run in parts (`rollout_part_until`, what `run_episodes` does past
+/// `MAX_BATCH_EPISODES`) samples what one call over every episode samples: each episode draws
+/// from the stream of its index in the whole, and the default model gives each row the same
+/// logits whatever the batch around it (other prompts, other left padding).
+#[test]
+fn a_rollout_in_parts_samples_what_one_batch_samples() {
+    use reference_trainer::defaults;
+    use reference_trainer::rollout::{
+        rollout, rollout_part_until, ControlSwitches, EnvKind, EnvPool, EpisodeSpec, RolloutConfig,
+        RolloutStats, SamplingParams, Split,
+    };
+    use std::ops::ControlFlow;
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_var("T2PO_CACHE", dir.path());
+    let tok = defaults::tokenizer(7).unwrap();
+    let c = tok.control_tokens().unwrap();
+    let model = defaults::model(&tok, 7, &Device::Cpu).unwrap();
+    let env = EnvKind::Webshop;
+    let mut size = defaults::pool_size(env).unwrap();
+    size.products = 200;
+    let pool = EnvPool::generated(env, 7, size).unwrap();
+    let cfg = RolloutConfig {
+        control: ControlSwitches::default()
+            .control_config_for(&c, env.response_tags())
+            .unwrap(),
+        mark_void: false,
+        sampling: SamplingParams::default(),
+        max_response_tokens: 64,
+        max_prompt_tokens: 768,
+        history_length: pool.history_length(),
+        max_turns: 2,
+        seed: 11,
+    };
+    let specs: Vec<_> = (0..6)
+        .map(|i| EpisodeSpec {
+            task: i % 4,
+            group: i % 4,
+        })
+        .collect();
+    let envs = |n: usize| -> Vec<_> { (0..n).map(|_| pool.make(Split::Test)).collect() };
+    let (whole, whole_stats) =
+        rollout(&model, &tok, &mut envs(6), &specs, &cfg, |_, _| {}).unwrap();
+    let mut parts = Vec::new();
+    let mut stats = RolloutStats::default();
+    for (first, chunk) in [(0, &specs[..2]), (2, &specs[2..])] {
+        let (r, s) = rollout_part_until(
+            &model,
+            &tok,
+            &mut envs(chunk.len()),
+            chunk,
+            first,
+            &cfg,
+            |_, _| ControlFlow::Continue(()),
+        )
+        .unwrap()
+        .unwrap();
+        parts.extend(r);
+        stats.absorb(&s);
+    }
+    assert_eq!(stats.generations, whole_stats.generations);
+    assert_eq!(stats.decoded_tokens, whole_stats.decoded_tokens);
+    let mut tokens = 0;
+    for (a, b) in whole.iter().zip(&parts) {
+        assert_eq!((a.episode, a.task, a.group), (b.episode, b.task, b.group));
+        assert_eq!((a.success, a.score), (b.success, b.score));
+        assert_eq!(a.turns.len(), b.turns.len());
+        for (ta, tb) in a.turns.iter().zip(&b.turns) {
+            let (ga, gb) = (&ta.generation, &tb.generation);
+            assert_eq!(ga.response_ids, gb.response_ids);
+            assert_eq!(ga.tti, gb.tti);
+            tokens += ga.response_ids.len();
+            for (x, y) in ga.log_probs.iter().zip(&gb.log_probs) {
+                assert!((x - y).abs() <= 1e-5, "log-prob {x} vs {y}");
+            }
+        }
+    }
+    assert!(tokens > 200, "{tokens} tokens compared");
+    // The part's offset is what keeps the streams apart: the same part from index 0 differs.
+    let (moved, _) = rollout(&model, &tok, &mut envs(4), &specs[2..], &cfg, |_, _| {}).unwrap();
+    assert!(
+        moved.iter().zip(&whole[2..]).any(|(a, b)| a
+            .turns
+            .iter()
+            .zip(&b.turns)
+            .any(|(x, y)| x.generation.response_ids != y.generation.response_ids)),
+        "episodes 2..6 drew the same tokens from streams 0..4"
+    );
+}
+
 /// The model without its prompt reuse: [`Policy::prefill_reusing`]'s default prefills every
 /// try's prompt again (the rollout as it was before resamples reused their turn's prefill).
 struct NoReuse<'a>(&'a Qwen3);

@@ -188,6 +188,19 @@ pub struct RolloutStats {
     pub control_seconds: f64,
 }
 
+impl RolloutStats {
+    /// Adds `other`'s counters to these (two rollouts' totals).
+    pub fn absorb(&mut self, other: &RolloutStats) {
+        self.generations += other.generations;
+        self.decoded_tokens += other.decoded_tokens;
+        self.prefill_tokens += other.prefill_tokens;
+        self.prefill_tokens_reused += other.prefill_tokens_reused;
+        self.prefill_seconds += other.prefill_seconds;
+        self.decode_seconds += other.decode_seconds;
+        self.control_seconds += other.control_seconds;
+    }
+}
+
 struct Live<'a> {
     env: &'a mut (dyn Env + Send),
     tags: &'static [&'static str],
@@ -233,6 +246,23 @@ pub fn rollout_until<P: Policy>(
     envs: &mut [Box<dyn Env + Send>],
     specs: &[EpisodeSpec],
     cfg: &RolloutConfig,
+    on_round: impl FnMut(&RolloutStats, usize) -> ControlFlow<()>,
+) -> Result<Option<(Vec<EpisodeRecord>, RolloutStats)>> {
+    rollout_part_until(policy, tokenizer, envs, specs, 0, cfg, on_round)
+}
+
+/// [`rollout_until`] for the episodes `first..first + specs.len()` of a larger rollout: each
+/// episode draws from the random stream of its index in the whole and its record carries that
+/// index, so a rollout run in consecutive parts (to bound the memory its batch holds) samples
+/// what one call over all of it samples, wherever the policy's forward pass gives each row the
+/// same logits whatever the batch around it (the CPU paths do: `tests/rollout.rs`).
+pub fn rollout_part_until<P: Policy>(
+    policy: &P,
+    tokenizer: &Tokenizer,
+    envs: &mut [Box<dyn Env + Send>],
+    specs: &[EpisodeSpec],
+    first: usize,
+    cfg: &RolloutConfig,
     mut on_round: impl FnMut(&RolloutStats, usize) -> ControlFlow<()>,
 ) -> Result<Option<(Vec<EpisodeRecord>, RolloutStats)>> {
     if envs.len() != specs.len() {
@@ -254,7 +284,8 @@ pub fn rollout_until<P: Policy>(
     let mut sampler = Sampler::new(cfg.sampling)?;
     let mut stats = RolloutStats::default();
     let mut live: Vec<Live<'_>> = Vec::with_capacity(envs.len());
-    for (i, (env, &spec)) in envs.iter_mut().zip(specs).enumerate() {
+    for (j, (env, &spec)) in envs.iter_mut().zip(specs).enumerate() {
+        let i = first + j;
         let first = env.reset(spec.task);
         let record = EpisodeRecord {
             episode: i,

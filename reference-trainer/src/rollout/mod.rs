@@ -9,8 +9,8 @@ pub mod sampler;
 pub mod trajectory;
 
 pub use episode::{
-    rollout, rollout_until, ControlSwitches, EpisodeSpec, ProfileName, RolloutConfig, RolloutStats,
-    TriggerName,
+    rollout, rollout_part_until, rollout_until, ControlSwitches, EpisodeSpec, ProfileName,
+    RolloutConfig, RolloutStats, TriggerName,
 };
 pub use policy::{CandleDecode, Policy, Prefilled, QwenCache};
 pub use pool::{encyclopedia, EnvKind, EnvPool, PoolSize, Split};

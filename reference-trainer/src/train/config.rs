@@ -1129,16 +1129,14 @@ mod tests {
         ));
         assert!(e.contains("minecraft"), "{e}");
         // The SFT anchor: a weight in range, and demonstrations to anchor on.
-        let anchored = |to: &str| {
-            with(
-                EnvKind::Search,
-                "\nlength_reward",
-                &format!("\n{to}\nlength_reward"),
-            )
-        };
+        let anchored = |to: &str| with(EnvKind::Search, "sft_coef = 0.0", to);
         let e = err(&anchored("sft_coef = -1.0"));
         assert!(e.contains("algo.sft_coef"), "{e}");
-        let e = err(&anchored("sft_per_step = 0"));
+        let e = err(&with(
+            EnvKind::Search,
+            "sft_per_step = 8",
+            "sft_per_step = 0",
+        ));
         assert!(e.contains("algo.sft_per_step"), "{e}");
         let e = err(&anchored("sft_coef = 1.0").replacen("demo_epochs = 3", "demo_epochs = 0", 1));
         assert!(

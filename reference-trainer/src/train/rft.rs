@@ -20,7 +20,7 @@ use super::state::derive_seed;
 use crate::error::{Error, Result};
 use crate::model::Qwen3;
 use crate::rollout::{
-    encyclopedia, rollout_until, EnvPool, EpisodeRecord, EpisodeSpec, RolloutStats, Split,
+    encyclopedia, rollout_part_until, EnvPool, EpisodeRecord, EpisodeSpec, RolloutStats, Split,
 };
 use crate::tokenizer::Tokenizer;
 
@@ -155,9 +155,17 @@ pub fn rl_task_pool(pool: &EnvPool, cfg: &TrainConfig) -> Result<Vec<usize>> {
     Ok(tasks)
 }
 
+/// The most episodes [`run_episodes`] decodes as one batch: a larger call runs in consecutive
+/// parts of this many, each drawing from its episodes' own random streams, so it samples what
+/// one batch would (`rollout::rollout_part_until`) while holding at most this many episodes'
+/// caches and records in flight. 1,024 Search QA episodes of the default model peak at ~2 GB;
+/// `eval --split train --tasks 4000` held 8.6 GB as one batch.
+pub const MAX_BATCH_EPISODES: usize = 1024;
+
 /// Runs episodes `tasks × group` on `split` with `policy` at `temperature`; groups are per task.
 /// `phase` names the progress bar; a stop request ([`Reporter::stop_requested`]) ends it
-/// between rounds with [`Error::Stopped`].
+/// between rounds with [`Error::Stopped`]. More than [`MAX_BATCH_EPISODES`] episodes run in
+/// parts of that size.
 #[allow(clippy::too_many_arguments)]
 pub fn run_episodes(
     phase: &str,
@@ -172,6 +180,38 @@ pub fn run_episodes(
     seed: u64,
     rep: &mut dyn Reporter,
 ) -> Result<(Vec<EpisodeRecord>, RolloutStats, f64)> {
+    run_episodes_in_parts(
+        phase,
+        policy,
+        tokenizer,
+        pool,
+        cfg,
+        split,
+        tasks,
+        group,
+        temperature,
+        seed,
+        MAX_BATCH_EPISODES,
+        rep,
+    )
+}
+
+/// [`run_episodes`] in parts of at most `part` episodes (≥ 1).
+#[allow(clippy::too_many_arguments)]
+pub fn run_episodes_in_parts(
+    phase: &str,
+    policy: &Qwen3,
+    tokenizer: &Tokenizer,
+    pool: &EnvPool,
+    cfg: &TrainConfig,
+    split: Split,
+    tasks: &[usize],
+    group: usize,
+    temperature: f32,
+    seed: u64,
+    part: usize,
+    rep: &mut dyn Reporter,
+) -> Result<(Vec<EpisodeRecord>, RolloutStats, f64)> {
     let t0 = std::time::Instant::now();
     let rcfg = cfg.rollout_config(&tokenizer.control_tokens()?, temperature, seed)?;
     let specs: Vec<EpisodeSpec> = tasks
@@ -179,25 +219,52 @@ pub fn run_episodes(
         .enumerate()
         .flat_map(|(g, &task)| (0..group).map(move |_| EpisodeSpec { task, group: g }))
         .collect();
-    let mut envs: Vec<_> = specs.iter().map(|_| pool.make(split)).collect();
     let n = specs.len();
+    let mut records = Vec::with_capacity(n);
+    let mut stats = RolloutStats::default();
     rep.begin(phase, n);
-    let mut stopped = None;
-    let out = rollout_until(policy, tokenizer, &mut envs, &specs, &rcfg, |_, live| {
-        rep.advance(n - live);
-        stopped = rep.stop_requested();
-        match stopped {
-            Some(_) => ControlFlow::Break(()),
-            None => ControlFlow::Continue(()),
+    for (k, chunk) in specs.chunks(part.max(1)).enumerate() {
+        let first = k * part.max(1);
+        let mut envs: Vec<_> = chunk.iter().map(|_| pool.make(split)).collect();
+        let mut stopped = None;
+        let out = rollout_part_until(
+            policy,
+            tokenizer,
+            &mut envs,
+            chunk,
+            first,
+            &rcfg,
+            |_, live| {
+                rep.advance(first + chunk.len() - live);
+                stopped = rep.stop_requested();
+                match stopped {
+                    Some(_) => ControlFlow::Break(()),
+                    None => ControlFlow::Continue(()),
+                }
+            },
+        );
+        match (out, stopped) {
+            (Ok(Some((r, s))), _) => {
+                records.extend(r);
+                stats.absorb(&s);
+            }
+            (Ok(None), signal) => {
+                rep.end();
+                return Err(Error::Stopped {
+                    signal: signal.unwrap_or_default(),
+                });
+            }
+            (Err(e), _) => {
+                rep.end();
+                return Err(e);
+            }
         }
-    });
-    rep.end();
-    match (out?, stopped) {
-        (Some((records, stats)), _) => Ok((records, stats, t0.elapsed().as_secs_f64())),
-        (None, signal) => Err(Error::Stopped {
-            signal: signal.unwrap_or_default(),
-        }),
+        if n > part {
+            crate::release_free_memory();
+        }
     }
+    rep.end();
+    Ok((records, stats, t0.elapsed().as_secs_f64()))
 }
 
 /// Fine-tunes `policy` on `demos` for `epochs` epochs in batches (shuffled by `seed`); returns

@@ -228,13 +228,7 @@ fn training_episodes(
             rollout_seed,
             rep,
         )?;
-        stats.generations += s.generations;
-        stats.decoded_tokens += s.decoded_tokens;
-        stats.prefill_tokens += s.prefill_tokens;
-        stats.prefill_tokens_reused += s.prefill_tokens_reused;
-        stats.prefill_seconds += s.prefill_seconds;
-        stats.decode_seconds += s.decode_seconds;
-        stats.control_seconds += s.control_seconds;
+        stats.absorb(&s);
         secs += t;
         Ok(Some(records))
     };
