@@ -162,19 +162,35 @@ fn the_direct_state_rejects_bad_input_by_name() {
     assert!(e.contains("f32 on the CPU"), "{e}");
 }
 
-#[test]
-fn the_direct_decode_rolls_out_the_same_episodes_as_the_candle_decode() {
+/// Points `T2PO_CACHE` at one temporary folder for every test of this file, set once: the
+/// variable is process-wide, so a folder per test would race with the tests running beside it.
+fn shared_cache() {
+    static CACHE: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    CACHE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        std::env::set_var("T2PO_CACHE", dir.path());
+        dir
+    });
+}
+
+/// The default model and tokenizer (seed 7) on a 200-product WebShop, and a two-turn rollout
+/// config at sampling seed `seed`.
+fn webshop_rollout(
+    seed: u64,
+) -> (
+    reference_trainer::tokenizer::Tokenizer,
+    Qwen3,
+    reference_trainer::rollout::EnvPool,
+    reference_trainer::rollout::RolloutConfig,
+) {
     use reference_trainer::defaults;
     use reference_trainer::rollout::{
-        rollout, ControlSwitches, EnvKind, EnvPool, EpisodeSpec, RolloutConfig, SamplingParams,
-        Split,
+        ControlSwitches, EnvKind, EnvPool, RolloutConfig, SamplingParams,
     };
-    let dir = tempfile::tempdir().unwrap();
-    std::env::set_var("T2PO_CACHE", dir.path());
+    shared_cache();
     let tok = defaults::tokenizer(7).unwrap();
     let c = tok.control_tokens().unwrap();
     let model = defaults::model(&tok, 7, &Device::Cpu).unwrap();
-    assert!(model.fused());
     let env = EnvKind::Webshop;
     let mut size = defaults::pool_size(env).unwrap();
     size.products = 200;
@@ -189,8 +205,16 @@ fn the_direct_decode_rolls_out_the_same_episodes_as_the_candle_decode() {
         max_prompt_tokens: 768,
         history_length: pool.history_length(),
         max_turns: 2,
-        seed: 5,
+        seed,
     };
+    (tok, model, pool, cfg)
+}
+
+#[test]
+fn the_direct_decode_rolls_out_the_same_episodes_as_the_candle_decode() {
+    use reference_trainer::rollout::{rollout, EpisodeSpec, Split};
+    let (tok, model, pool, cfg) = webshop_rollout(5);
+    assert!(model.fused());
     let specs: Vec<_> = (0..6)
         .map(|i| EpisodeSpec {
             task: i % 3,
@@ -241,33 +265,11 @@ fn the_direct_decode_rolls_out_the_same_episodes_as_the_candle_decode() {
 /// logits whatever the batch around it (other prompts, other left padding).
 #[test]
 fn a_rollout_in_parts_samples_what_one_batch_samples() {
-    use reference_trainer::defaults;
     use reference_trainer::rollout::{
-        rollout, rollout_part_until, ControlSwitches, EnvKind, EnvPool, EpisodeSpec, RolloutConfig,
-        RolloutStats, SamplingParams, Split,
+        rollout, rollout_part_until, EpisodeSpec, RolloutStats, Split,
     };
     use std::ops::ControlFlow;
-    let dir = tempfile::tempdir().unwrap();
-    std::env::set_var("T2PO_CACHE", dir.path());
-    let tok = defaults::tokenizer(7).unwrap();
-    let c = tok.control_tokens().unwrap();
-    let model = defaults::model(&tok, 7, &Device::Cpu).unwrap();
-    let env = EnvKind::Webshop;
-    let mut size = defaults::pool_size(env).unwrap();
-    size.products = 200;
-    let pool = EnvPool::generated(env, 7, size).unwrap();
-    let cfg = RolloutConfig {
-        control: ControlSwitches::default()
-            .control_config_for(&c, env.response_tags())
-            .unwrap(),
-        mark_void: false,
-        sampling: SamplingParams::default(),
-        max_response_tokens: 64,
-        max_prompt_tokens: 768,
-        history_length: pool.history_length(),
-        max_turns: 2,
-        seed: 11,
-    };
+    let (tok, model, pool, cfg) = webshop_rollout(11);
     let specs: Vec<_> = (0..6)
         .map(|i| EpisodeSpec {
             task: i % 4,
@@ -361,8 +363,7 @@ fn tds_resamples_reuse_their_turns_prefill_and_roll_out_the_same_episodes() {
         rollout, ControlSwitches, EnvKind, EnvPool, EpisodeSpec, RolloutConfig, SamplingParams,
         Split,
     };
-    let dir = tempfile::tempdir().unwrap();
-    std::env::set_var("T2PO_CACHE", dir.path());
+    shared_cache();
     let tok = defaults::tokenizer(7).unwrap();
     let c = tok.control_tokens().unwrap();
     let model = defaults::model(&tok, 7, &Device::Cpu).unwrap();

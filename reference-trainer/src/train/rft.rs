@@ -198,7 +198,7 @@ pub fn run_episodes(
 
 /// [`run_episodes`] in parts of at most `part` episodes (≥ 1).
 #[allow(clippy::too_many_arguments)]
-pub fn run_episodes_in_parts(
+fn run_episodes_in_parts(
     phase: &str,
     policy: &Qwen3,
     tokenizer: &Tokenizer,
