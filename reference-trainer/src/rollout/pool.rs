@@ -11,6 +11,7 @@ use t2po_envs::alfworld::AlfworldEnv;
 use t2po_envs::search_qa::corpus::World;
 use t2po_envs::search_qa::retriever::{Bm25Index, RetrievalError};
 use t2po_envs::search_qa::SearchQaEnv;
+use t2po_envs::webshop::expert::Demonstrator;
 use t2po_envs::webshop::WebshopEnv;
 use t2po_envs::{run_expert_episode, Env, Episode, Splits};
 
@@ -205,6 +206,26 @@ impl EnvPool {
             }
         };
         Ok(Self { kind, proto })
+    }
+
+    /// Sets who writes [`Self::expert_episode`]'s demonstrations on WebShop (privileged unless
+    /// set). The other environments have one expert: asking them for the shopper is an error.
+    pub fn set_webshop_demonstrator(&mut self, kind: Demonstrator) -> Result<()> {
+        match &mut self.proto {
+            Proto::Webshop(s) => {
+                s.train.set_demonstrator(kind);
+                s.held_out.set_demonstrator(kind);
+                Ok(())
+            }
+            _ if kind == Demonstrator::Privileged => Ok(()),
+            _ => Err(Error::invalid(
+                "rft.expert",
+                format!(
+                    "{kind:?} is WebShop's demonstrator; the {} environment has only its own",
+                    self.kind.as_str()
+                ),
+            )),
+        }
     }
 
     /// The environment kind.

@@ -326,6 +326,12 @@ pub struct RftSection {
     /// invalid format). 0: off (and when absent, as in configs written before it existed).
     #[serde(default)]
     pub cut_think: f64,
+    /// Who writes the demonstrations: `privileged` (the environment's expert, which knows the
+    /// goal) or, on WebShop, `shopper` (acts only on what the pages show: the first result below
+    /// the price limit, the instruction's options, buy; beyond the paper, whose cold start is
+    /// the base model's own RFT). Absent in configs written before it existed: privileged.
+    #[serde(default)]
+    pub expert: ExpertKind,
     /// Peak learning rate of the cold start.
     pub lr: f64,
     /// Linear warm-up steps of the demonstration SFT.
@@ -343,6 +349,18 @@ pub struct RftSection {
     pub score_threshold: f64,
     /// Epochs over the kept turns per round (≤ 5).
     pub epochs: usize,
+}
+
+/// Who writes the cold start's demonstrations, as the config spells it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertKind {
+    /// The environment's built-in expert (it knows the goal; it always succeeds).
+    #[default]
+    Privileged,
+    /// WebShop only: [`t2po_envs::webshop::expert::Demonstrator::Shopper`], every decision a
+    /// function of what the prompt shows.
+    Shopper,
 }
 
 /// Iterations, evaluation and checkpoints.
@@ -644,6 +662,15 @@ impl TrainConfig {
             Closed(100.0),
         )?;
         c.real("rft.cut_think", f.cut_think, Closed(0.0), Closed(1.0))?;
+        if f.expert == ExpertKind::Shopper && self.env != EnvKind::Webshop {
+            return Err(Error::invalid(
+                "rft.expert",
+                format!(
+                    "\"shopper\" is WebShop's demonstrator; env = \"{}\" has only \"privileged\"",
+                    self.env.as_str()
+                ),
+            ));
+        }
         c.real("rft.lr", f.lr, Open(0.0), Closed(1.0))?;
         c.int("rft.warmup_steps", f.warmup_steps as usize, 0, 1 << 30)?;
         c.real("rft.final_lr", f.final_lr, Closed(0.0), Closed(1.0))?;
@@ -1145,6 +1172,23 @@ mod tests {
         );
         let ok = TrainConfig::parse(&anchored("sft_coef = 1.0"), Path::new("run.toml")).unwrap();
         assert_eq!((ok.algo.sft_coef, ok.algo.sft_per_step), (1.0, 8));
+        // The demonstrator: the shopper is WebShop's; a config without the key (written before
+        // it existed) gets the privileged expert.
+        let shopper = "expert = \"shopper\"";
+        let e = err(&with(EnvKind::Search, "expert = \"privileged\"", shopper));
+        assert!(e.contains("rft.expert") && e.contains("search"), "{e}");
+        let ws = with(EnvKind::Webshop, "expert = \"privileged\"", shopper);
+        let ok = TrainConfig::parse(&ws, Path::new("run.toml")).unwrap();
+        assert_eq!(ok.rft.expert, ExpertKind::Shopper);
+        let e = err(&with(
+            EnvKind::Webshop,
+            "expert = \"privileged\"",
+            "expert = \"oracle\"",
+        ));
+        assert!(e.contains("oracle"), "{e}");
+        let old = with(EnvKind::Alfworld, "expert = \"privileged\"", "");
+        let ok = TrainConfig::parse(&old, Path::new("run.toml")).unwrap();
+        assert_eq!(ok.rft.expert, ExpertKind::Privileged);
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod run;
 pub mod sft;
 pub mod state;
 
-pub use config::TrainConfig;
+pub use config::{ExpertKind, TrainConfig};
 pub use metrics::{MetricsLine, MetricsLog, RolloutSummary, UpdateReport};
 pub use optimizer::{Accumulated, AdamW, AdamWConfig, StepReport};
 pub use rft::Reporter;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
 
-use super::config::TrainConfig;
+use super::config::{ExpertKind, TrainConfig};
 use super::metrics::{MetricsLine, MetricsLog, RolloutSummary};
 use super::optimizer::AdamW;
 use super::plots::{write_png, Chart, PlotError, Series};
@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::model::{checkpoint, Qwen3};
 use crate::rollout::{EnvPool, Split};
 use crate::tokenizer::Tokenizer;
+use t2po_envs::webshop::expert::Demonstrator;
 
 /// How a run is started.
 /// The run's config, written beside the exported cold start (`RUN/cold-start/run_config.toml`);
@@ -131,7 +132,12 @@ pub fn initial_policy(
 
 /// The environments of a config (generated data, deterministic in the seed).
 pub fn pool_for(cfg: &TrainConfig) -> Result<EnvPool> {
-    EnvPool::generated(cfg.env, cfg.seed, cfg.data)
+    let mut pool = EnvPool::generated(cfg.env, cfg.seed, cfg.data)?;
+    pool.set_webshop_demonstrator(match cfg.rft.expert {
+        ExpertKind::Privileged => Demonstrator::Privileged,
+        ExpertKind::Shopper => Demonstrator::Shopper,
+    })?;
+    Ok(pool)
 }
 
 /// A held-out evaluation: the headline (at `train.eval_temperature`, greedy by default, as verl

@@ -1,7 +1,18 @@
-//! A WebShop expert for demonstrations and for proving goals solvable. It is privileged: it knows
-//! the goal product (as a demonstrator holding the target page would). It searches with the
-//! instruction's words, pages through the results for the target, falls back to searching the
-//! target's title, opens it, clicks the goal's option values and buys.
+//! A WebShop expert for demonstrations and for proving goals solvable, in two kinds
+//! ([`Demonstrator`]):
+//!
+//! - **privileged** (the default): it knows the goal product (as a demonstrator holding the
+//!   target page would). It searches with the instruction's words, pages through the results for
+//!   the target, falls back to searching the target's title, opens it, clicks the goal's option
+//!   values and buys. It always wins, but its choice among look-alike results rests on what no
+//!   page shows, so a policy imitating it learns an arbitrary pick.
+//! - **shopper**: it acts only on what the instruction and the pages show. It searches with the
+//!   instruction as written (without its price text; the product words alone if that finds
+//!   nothing), opens the first result whose listed price (the lower end of a range)
+//!   is below the instruction's limit (the first result when none is), clicks the instruction's
+//!   option values the page offers and buys. Every decision is a function of the prompt, so a
+//!   policy can learn it exactly; it wins only when that product happens to satisfy the goal
+//!   (measured on the generated shop of 1,000 products: README).
 //!
 //! Each response is a full policy response, `<think>…</think>\n<action>…</action>` (strict
 //! format, valid under [`super::project`]), the cold-start demonstration data. The rationale is
@@ -27,11 +38,28 @@ use super::WebshopEnv;
 use crate::rng::Rng;
 use crate::{format_response, Expert, Observation};
 
+/// Which demonstrator an environment's [`crate::WithExpert::expert`] builds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Demonstrator {
+    /// Knows the goal product; always wins.
+    #[default]
+    Privileged,
+    /// Acts on what the instruction and the pages show (first result within the price limit).
+    Shopper,
+}
+
 /// One episode of the expert.
 #[derive(Clone, Debug)]
 pub struct WebshopExpert {
+    kind: Demonstrator,
     searched_title: bool,
     rng: Rng,
+}
+
+/// The lowest price a listed price tag shows (`"$24.33 to $36.49"` → 24.33), if it parses.
+pub fn listed_price(tag: &str) -> Option<f64> {
+    let first = tag.split(" to ").next()?.trim();
+    first.strip_prefix('$')?.replace(',', "").parse().ok()
 }
 
 /// The search words of an instruction: without "find me" / "i am looking for" and the price text.
@@ -48,10 +76,31 @@ pub fn instruction_query(instruction: &str) -> String {
         .to_string()
 }
 
+/// What an instruction asks for, as written: lowercased, without "find me" / "i am looking for"
+/// and the price text ("modern chair with easy assemble with color: light pink, and size:
+/// king"). The shopper's query: a span of the prompt, copied as it stands.
+pub fn instruction_request(instruction: &str) -> String {
+    let lower = instruction.to_lowercase();
+    let body = lower
+        .split(", and price lower than")
+        .next()
+        .unwrap_or(&lower);
+    body.trim_start_matches("find me ")
+        .trim_start_matches("i am looking for ")
+        .trim()
+        .to_string()
+}
+
 /// What the expert does next and why (the rationale is rendered from this).
 enum Move {
-    Search { title: bool },
+    Search {
+        title: bool,
+    },
     Open,
+    /// The shopper's search found nothing: a shorter query.
+    SearchShorter,
+    /// The shopper opens this listed product.
+    OpenListed(usize),
     NextPage,
     WrongItem,
     Choose(String),
@@ -87,15 +136,38 @@ fn price_limit(goal: &Goal) -> Option<String> {
 }
 
 impl WebshopExpert {
-    /// An expert for one episode; `seed` chooses the rationale wording.
+    /// A privileged expert for one episode; `seed` chooses the rationale wording.
     pub fn new(seed: u64) -> Self {
+        Self::of_kind(Demonstrator::Privileged, seed)
+    }
+
+    /// An expert of `kind` for one episode; `seed` chooses the rationale wording.
+    pub fn of_kind(kind: Demonstrator, seed: u64) -> Self {
         Self {
+            kind,
             searched_title: false,
             rng: Rng::new(seed),
         }
     }
 
+    /// The shopper's product on a results page: the first whose listed price is below the
+    /// instruction's limit, else the first (`None` on an empty page).
+    fn shopper_pick(session: &Session, catalog: &Catalog, goal: &Goal) -> Option<usize> {
+        let results = session.page_results();
+        results
+            .iter()
+            .copied()
+            .find(|&i| {
+                listed_price(&catalog.products[i].price_tag)
+                    .is_some_and(|p| p < goal.reward.price_upper)
+            })
+            .or_else(|| results.first().copied())
+    }
+
     fn decide(&mut self, session: &Session, catalog: &Catalog, goal: &Goal) -> (String, Move) {
+        if self.kind == Demonstrator::Shopper {
+            return self.decide_shopper(session, catalog, goal);
+        }
         let target = catalog.products[goal.product].asin.to_lowercase();
         let clickables = session.clickables(catalog);
         let title_search = |this: &mut Self| {
@@ -144,6 +216,44 @@ impl WebshopExpert {
         }
     }
 
+    fn decide_shopper(
+        &mut self,
+        session: &Session,
+        catalog: &Catalog,
+        goal: &Goal,
+    ) -> (String, Move) {
+        let clickables = session.clickables(catalog);
+        let query = instruction_request(&goal.instruction_text);
+        match session.page {
+            Page::Search => (format!("search[{query}]"), Move::Search { title: false }),
+            Page::Results => match Self::shopper_pick(session, catalog, goal) {
+                Some(i) => (
+                    format!("click[{}]", catalog.products[i].asin.to_lowercase()),
+                    Move::OpenListed(i),
+                ),
+                // No result at all: a shorter query (the last two product words) may find some.
+                None => (
+                    format!("search[{}]", instruction_query(&goal.instruction_text)),
+                    Move::SearchShorter,
+                ),
+            },
+            Page::Item => {
+                let chosen: Vec<&String> = session.options.iter().map(|(_, v)| v).collect();
+                match wanted_options(goal)
+                    .into_iter()
+                    .find(|(_, w)| clickables.contains(w) && !chosen.contains(&w))
+                {
+                    Some((_, v)) => (format!("click[{v}]"), Move::Choose(v)),
+                    None => ("click[buy now]".to_string(), Move::Buy),
+                }
+            }
+            p @ (Page::Description | Page::Features | Page::Reviews) => {
+                ("click[< prev]".to_string(), Move::Back(p))
+            }
+            Page::Done => ("click[back to search]".to_string(), Move::Done),
+        }
+    }
+
     /// The next action (`search[...]` or `click[...]`) for the session.
     pub fn act(&mut self, session: &Session, catalog: &Catalog, goal: &Goal) -> String {
         self.decide(session, catalog, goal).0
@@ -157,13 +267,38 @@ impl WebshopExpert {
     }
 
     fn think(&mut self, why: &Move, session: &Session, catalog: &Catalog, goal: &Goal) -> String {
+        let kind = self.kind;
         let query = instruction_query(&goal.instruction_text);
-        let product = &catalog.products[goal.product];
+        // The product the pages are about: the goal's for the privileged expert, the open one
+        // for the shopper (who never knows the goal's).
+        let product = match (self.kind, session.item()) {
+            (Demonstrator::Shopper, Some(i)) => &catalog.products[i],
+            _ => &catalog.products[goal.product],
+        };
         let wanted = wanted_options(goal);
         let limit = price_limit(goal);
         let rng = &mut self.rng;
         let mut s: Vec<String> = Vec::new();
         match why {
+            Move::Search { title: false } if kind == Demonstrator::Shopper => {
+                s.push(match rng.below(3) {
+                    0 => format!("The instruction asks for {query}."),
+                    1 => format!("I need to find {query}."),
+                    _ => format!("I'm shopping for {query}."),
+                });
+                if let Some(l) = &limit {
+                    if rng.chance(0.5) {
+                        s.push(format!("The price has to stay below {l} dollars."));
+                    }
+                }
+                s.push(
+                    rng.pick(&[
+                        "I'll search with the whole request.",
+                        "A search with every word of the request should bring it up first.",
+                    ])
+                    .to_string(),
+                );
+            }
             Move::Search { title: false } => {
                 s.push(match rng.below(3) {
                     0 => format!("The instruction asks for {query}."),
@@ -233,6 +368,41 @@ impl WebshopExpert {
                     .to_string(),
                 );
             }
+            Move::SearchShorter => {
+                s.push(format!("The search for {query} shows no result."));
+                s.push("I'll search again with fewer words.".to_string());
+            }
+            Move::OpenListed(i) => {
+                let p = &catalog.products[*i];
+                let first = session.page_results().first() == Some(i);
+                let fits = listed_price(&p.price_tag).is_some_and(|x| x < goal.reward.price_upper);
+                s.push(match (&limit, fits, first) {
+                    (Some(l), true, true) => format!(
+                        "The first result, {} at {}, is within the {l} dollar limit.",
+                        short_title(&p.title, 8),
+                        p.price_tag
+                    ),
+                    (Some(l), true, false) => format!(
+                        "The first result within the {l} dollar limit is {} at {}.",
+                        short_title(&p.title, 8),
+                        p.price_tag
+                    ),
+                    (Some(l), false, _) => format!(
+                        "No result is below the {l} dollar limit; the first is {} at {}.",
+                        short_title(&p.title, 8),
+                        p.price_tag
+                    ),
+                    (None, _, _) => format!(
+                        "There is no price limit; the first result is {} at {}.",
+                        short_title(&p.title, 8),
+                        p.price_tag
+                    ),
+                });
+                s.push(
+                    rng.pick(&["I'll open it to check the options.", "Let me open it."])
+                        .to_string(),
+                );
+            }
             Move::NextPage => {
                 let n = session.page_results().len();
                 s.push(match rng.below(2) {
@@ -287,7 +457,9 @@ impl WebshopExpert {
                 });
             }
             Move::Buy => {
-                if session.options.is_empty() {
+                if session.options.is_empty() && kind == Demonstrator::Shopper {
+                    s.push("This product has no option to set.".to_string());
+                } else if session.options.is_empty() {
                     s.push(
                         rng.pick(&[
                             "This is the product, and there is no option to set.",
@@ -306,9 +478,15 @@ impl WebshopExpert {
                         set.join(", ")
                     ));
                 }
+                let fits =
+                    listed_price(&product.price_tag).is_some_and(|x| x < goal.reward.price_upper);
                 match &limit {
-                    Some(l) => s.push(format!(
+                    Some(l) if fits || kind == Demonstrator::Privileged => s.push(format!(
                         "The listed price {} fits within the {l} dollar limit.",
+                        product.price_tag
+                    )),
+                    Some(l) => s.push(format!(
+                        "The listed price {} is above the {l} dollar limit, but no result was below it.",
                         product.price_tag
                     )),
                     None if rng.chance(0.5) => {

@@ -20,7 +20,7 @@ use crate::error::{EnvError, LoadError};
 use crate::rng::Rng;
 use crate::{Env, HistoryEntry, Info, Observation, Projected, Splits, Transition, WithExpert};
 use data::{reward_price, transform, DataFiles, Product};
-use expert::WebshopExpert;
+use expert::{Demonstrator, WebshopExpert};
 use goal::Goal;
 use search::Bm25;
 use site::{Catalog, Page, Session};
@@ -217,6 +217,7 @@ pub struct WebshopEnv {
     done: bool,
     raw_observation: String,
     seed: u64,
+    demonstrator: Demonstrator,
 }
 
 impl WebshopEnv {
@@ -248,7 +249,18 @@ impl WebshopEnv {
             done: false,
             raw_observation: String::new(),
             seed,
+            demonstrator: Demonstrator::Privileged,
         })
+    }
+
+    /// Which demonstrator [`WithExpert::expert`] builds (privileged unless set).
+    pub fn set_demonstrator(&mut self, kind: Demonstrator) {
+        self.demonstrator = kind;
+    }
+
+    /// The demonstrator [`WithExpert::expert`] builds.
+    pub fn demonstrator(&self) -> Demonstrator {
+        self.demonstrator
     }
 
     /// Train and held-out environments over one generated shop of `products` products
@@ -386,6 +398,6 @@ impl WithExpert for WebshopEnv {
     type Expert = WebshopExpert;
 
     fn expert(&self, seed: u64) -> WebshopExpert {
-        WebshopExpert::new(seed)
+        WebshopExpert::of_kind(self.demonstrator, seed)
     }
 }
