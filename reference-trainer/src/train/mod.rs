@@ -21,4 +21,4 @@ pub use metrics::{MetricsLine, MetricsLog, RolloutSummary, UpdateReport};
 pub use optimizer::{Accumulated, AdamW, AdamWConfig, StepReport};
 pub use rft::Reporter;
 pub use run::{train, RunOptions, RunResult};
-pub use sft::{cut_thinking, expert_demos, sft_step, Demo, SftReport};
+pub use sft::{cut_thinking, expert_demos, expert_demos_counted, sft_step, Demo, SftReport};

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{RlTasks, TrainConfig};
 use super::metrics::{MetricsLine, RejectionReport, RolloutSummary, UpdateReport};
 use super::optimizer::AdamW;
-use super::sft::{cut_thinking, expert_demos, sft_step, Demo};
+use super::sft::{cut_thinking, expert_demos_counted, sft_step, Demo};
 use super::state::derive_seed;
 use crate::error::{Error, Result};
 use crate::model::Qwen3;
@@ -511,20 +511,32 @@ pub fn cold_start(
     Ok(())
 }
 
+/// The cold start's demonstrations, as [`cold_start_demos`] builds them.
+#[derive(Clone, Debug)]
+pub struct ColdStartDemos {
+    /// The training tasks whose expert episodes they are.
+    pub tasks: Vec<usize>,
+    /// The demonstrations (one per expert turn).
+    pub demos: Vec<Demo>,
+    /// How many had their thinking cut where TTI could cut it (`rft.cut_think`).
+    pub thinking_cut: usize,
+    /// How many had their prompt cut to `rollout.max_prompt_tokens` (from the left).
+    pub prompts_cut: usize,
+}
+
 /// The cold start's demonstrations: the experts' episodes on [`demo_tasks`] (none when
 /// `rft.demo_epochs` is 0), with the thinking of a share `rft.cut_think` of them cut where TTI
-/// could cut it ([`cut_thinking`]); returns the tasks, the demonstrations and how many were cut.
-/// Deterministic in the config, so RL's SFT anchor (`algo.sft_coef`) rebuilds the very
-/// demonstrations the cold start was trained on.
+/// could cut it ([`cut_thinking`]). Deterministic in the config, so RL's SFT anchor
+/// (`algo.sft_coef`) rebuilds the very demonstrations the cold start was trained on.
 pub fn cold_start_demos(
     pool: &EnvPool,
     tokenizer: &Tokenizer,
     cfg: &TrainConfig,
-) -> Result<(Vec<usize>, Vec<Demo>, usize)> {
+) -> Result<ColdStartDemos> {
     let f = &cfg.rft;
     let demo_tasks = demo_tasks(pool, cfg);
-    let mut demos = if f.demo_epochs > 0 {
-        expert_demos(
+    let (mut demos, prompts_cut) = if f.demo_epochs > 0 {
+        expert_demos_counted(
             pool,
             tokenizer,
             &demo_tasks,
@@ -532,7 +544,7 @@ pub fn cold_start_demos(
             cfg.rollout.max_prompt_tokens,
         )?
     } else {
-        Vec::new()
+        (Vec::new(), 0)
     };
     let cut = if f.cut_think > 0.0 && !demos.is_empty() {
         // The queue and L_min the rollouts use, so a cut demonstration is what a rollout holds
@@ -551,7 +563,12 @@ pub fn cold_start_demos(
     } else {
         0
     };
-    Ok((demo_tasks, demos, cut))
+    Ok(ColdStartDemos {
+        tasks: demo_tasks,
+        demos,
+        thinking_cut: cut,
+        prompts_cut,
+    })
 }
 
 /// The SFT stage: plans it (the demonstrations and the optimizer, whose schedule spans its
@@ -566,7 +583,12 @@ fn sft(
     on_stage: &mut OnStage<'_>,
 ) -> Result<(AdamW, u64)> {
     let f = &cfg.rft;
-    let (demo_tasks, demos, cut) = cold_start_demos(pool, tokenizer, cfg)?;
+    let ColdStartDemos {
+        tasks: demo_tasks,
+        demos,
+        thinking_cut: cut,
+        prompts_cut,
+    } = cold_start_demos(pool, tokenizer, cfg)?;
     let sft_steps = (demos.len().div_ceil(f.batch_size) * f.demo_epochs) as u64;
     let mut opt = AdamW::new(cfg.rft_optimizer_config(sft_steps))?;
     if !demos.is_empty() {
@@ -588,6 +610,14 @@ fn sft(
             rep.line(&format!(
                 "  thinking cut where TTI could cut it in {cut} of them (rft.cut_think = {})",
                 f.cut_think
+            ));
+        }
+        if prompts_cut > 0 {
+            rep.line(&format!(
+                "  warning: {prompts_cut} of them have prompts longer than \
+                 rollout.max_prompt_tokens = {}, cut from the left (the instruction is lost); \
+                 raise it",
+                cfg.rollout.max_prompt_tokens
             ));
         }
         let u = fine_tune(

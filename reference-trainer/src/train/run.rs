@@ -648,7 +648,7 @@ fn train_until_stopped(
     };
     // The SFT anchor's demonstrations: the cold start's, rebuilt from the config.
     let anchor_demos = if cfg.algo.sft_coef > 0.0 && iterations > start_iter {
-        let (_, demos, _) = super::rft::cold_start_demos(&pool, &tokenizer, &cfg)?;
+        let demos = super::rft::cold_start_demos(&pool, &tokenizer, &cfg)?.demos;
         rep.line(&format!(
             "RL: SFT anchor on the cold start's {} demonstrations, {} per step at weight {} \
              (algo.sft_coef)",

@@ -41,8 +41,22 @@ pub fn expert_demos(
     seed: u64,
     max_prompt_tokens: usize,
 ) -> Result<Vec<Demo>> {
+    Ok(expert_demos_counted(pool, tokenizer, tasks, seed, max_prompt_tokens)?.0)
+}
+
+/// [`expert_demos`], and how many of the demonstrations had their prompt cut to
+/// `max_prompt_tokens` (a cut prompt loses its beginning: the instruction and the template's
+/// head; the cold start says so, so a cap too small for the environment's prompts is seen).
+pub fn expert_demos_counted(
+    pool: &EnvPool,
+    tokenizer: &Tokenizer,
+    tasks: &[usize],
+    seed: u64,
+    max_prompt_tokens: usize,
+) -> Result<(Vec<Demo>, usize)> {
     let end = tokenizer.control_tokens()?.im_end;
     let mut out = Vec::new();
+    let mut prompts_cut = 0;
     let n = pool.num_tasks(Split::Train);
     for &task in tasks {
         if task >= n {
@@ -57,6 +71,7 @@ pub fn expert_demos(
             let mut p = tokenizer.encode(&tokenizer.chat_prompt(&prompt))?;
             let cut = p.len().saturating_sub(max_prompt_tokens);
             p.drain(..cut);
+            prompts_cut += usize::from(cut > 0);
             let mut r = tokenizer.encode(&step.response)?;
             r.push(end);
             out.push(Demo {
@@ -65,7 +80,7 @@ pub fn expert_demos(
             });
         }
     }
-    Ok(out)
+    Ok((out, prompts_cut))
 }
 
 /// Cuts the thinking of a share `share` of `demos` where TTI could cut it, so the cold start
@@ -281,6 +296,39 @@ mod tests {
             })
             .collect();
         crate::tokenizer::build_default(corpus, 500).unwrap()
+    }
+
+    /// The demonstrations count the prompts cut to the cap, and a cut prompt is the whole
+    /// prompt's last `cap` tokens (the rollout's cut), the response untouched.
+    #[test]
+    fn expert_demos_count_the_prompts_cut_to_the_cap() {
+        let tok = think_tokenizer();
+        let size = crate::rollout::PoolSize {
+            products: 200,
+            train_games: 2,
+            held_out_games: 2,
+            passages: 10,
+            train_questions: 1,
+            held_out_questions: 1,
+        };
+        let pool = EnvPool::generated(crate::rollout::EnvKind::Webshop, 3, size).unwrap();
+        let tasks = [0, 1, 2, 3];
+        let (whole, none) = expert_demos_counted(&pool, &tok, &tasks, 5, 1 << 20).unwrap();
+        assert_eq!(none, 0);
+        let lens: Vec<usize> = whole.iter().map(|d| d.prompt.len()).collect();
+        let cap = (lens.iter().max().unwrap() + lens.iter().min().unwrap()) / 2;
+        let (cut, n) = expert_demos_counted(&pool, &tok, &tasks, 5, cap).unwrap();
+        assert_eq!(n, lens.iter().filter(|&&l| l > cap).count());
+        assert!(n > 0 && n < whole.len(), "{n} of {}", whole.len());
+        assert_eq!(cut.len(), whole.len());
+        for (c, w) in cut.iter().zip(&whole) {
+            assert_eq!(c.prompt, w.prompt[w.prompt.len().saturating_sub(cap)..]);
+            assert_eq!(c.response, w.response);
+        }
+        assert_eq!(
+            expert_demos(&pool, &tok, &tasks, 5, cap).unwrap().len(),
+            cut.len()
+        );
     }
 
     #[test]
