@@ -116,6 +116,7 @@ enum Proto {
 pub struct EnvPool {
     kind: EnvKind,
     proto: Proto,
+    history_length: usize,
 }
 
 impl std::fmt::Debug for EnvPool {
@@ -205,7 +206,11 @@ impl EnvPool {
                 )
             }
         };
-        Ok(Self { kind, proto })
+        Ok(Self {
+            kind,
+            proto,
+            history_length: kind.history_length(),
+        })
     }
 
     /// Sets who writes [`Self::expert_episode`]'s demonstrations on WebShop (privileged unless
@@ -271,9 +276,16 @@ impl EnvPool {
         self.make(Split::Test).max_turns()
     }
 
-    /// The memory window `P`.
+    /// The memory window `P` of [`Self::expert_episode`]'s prompts: the environment's (spec §5:
+    /// 2, 2, 4) unless set.
     pub fn history_length(&self) -> usize {
-        self.kind.history_length()
+        self.history_length
+    }
+
+    /// Sets the memory window of the demonstrations' prompts — a training config's
+    /// `rollout.history_length`, so the cold start imitates prompts as its rollouts write them.
+    pub fn set_history_length(&mut self, history_length: usize) {
+        self.history_length = history_length;
     }
 
     /// The built-in expert's episode on task `task` of `split`, with every prompt recorded

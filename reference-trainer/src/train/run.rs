@@ -130,9 +130,11 @@ pub fn initial_policy(
     }
 }
 
-/// The environments of a config (generated data, deterministic in the seed).
+/// The environments of a config (generated data, deterministic in the seed), with the
+/// config's demonstrator and memory window for the cold start's demonstrations.
 pub fn pool_for(cfg: &TrainConfig) -> Result<EnvPool> {
     let mut pool = EnvPool::generated(cfg.env, cfg.seed, cfg.data)?;
+    pool.set_history_length(cfg.rollout.history_length);
     pool.set_webshop_demonstrator(match cfg.rft.expert {
         ExpertKind::Privileged => Demonstrator::Privileged,
         ExpertKind::Shopper => Demonstrator::Shopper,

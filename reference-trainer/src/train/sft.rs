@@ -329,6 +329,21 @@ mod tests {
             expert_demos(&pool, &tok, &tasks, 5, cap).unwrap().len(),
             cut.len()
         );
+        // The pool's memory window (a config's rollout.history_length) shapes the prompts:
+        // without history every prompt is at most as long, the later turns' strictly shorter.
+        let mut short = pool;
+        assert_eq!(short.history_length(), 2, "WebShop's P");
+        short.set_history_length(0);
+        let none = expert_demos(&short, &tok, &tasks, 5, 1 << 20).unwrap();
+        assert_eq!(none.len(), whole.len());
+        assert!(none
+            .iter()
+            .zip(&whole)
+            .all(|(a, b)| a.prompt.len() <= b.prompt.len()));
+        assert!(none
+            .iter()
+            .zip(&whole)
+            .any(|(a, b)| a.prompt.len() < b.prompt.len()));
     }
 
     #[test]
