@@ -235,27 +235,65 @@ fn the_direct_decode_rolls_out_the_same_episodes_as_the_candle_decode() {
     )
     .unwrap()
     .0;
-    let mut tokens = 0;
+    // Same seeds, logits equal to rounding: the same draws, TTI decisions and tokens — except
+    // where a uniform draw falls within that rounding of a boundary of the inverse-CDF search
+    // (token-id order), about Σ_k |ΔCDF(k)| ≈ vocab × 1e-7 per token: then the two decodes pick
+    // neighbouring ids (seen on a Sapphire Rapids Xeon: 1872 against 1873 at token 41, log-probs
+    // and M_t equal to 1e-5 up to it). The episode's later tokens see another context, so the
+    // comparison of that episode stops there.
+    let (mut tokens, mut flips) = (0, 0);
     for (a, b) in direct.iter().zip(&candle) {
-        assert_eq!(a.turns.len(), b.turns.len());
+        let mut flipped = false;
         for (ta, tb) in a.turns.iter().zip(&b.turns) {
             let (ga, gb) = (&ta.generation, &tb.generation);
-            // Same seeds, logits equal to rounding: the same draws, TTI decisions and tokens.
-            assert_eq!(ga.response_ids, gb.response_ids);
-            assert_eq!(ga.forced, gb.forced);
-            assert_eq!(ga.tti, gb.tti);
-            tokens += ga.response_ids.len();
-            for (x, y) in ga.log_probs.iter().zip(&gb.log_probs) {
+            let same = ga
+                .response_ids
+                .iter()
+                .zip(&gb.response_ids)
+                .take_while(|(x, y)| x == y)
+                .count();
+            if same < ga.response_ids.len().max(gb.response_ids.len()) {
+                let (x, y) = (ga.response_ids.get(same), gb.response_ids.get(same));
+                let (Some(&x), Some(&y)) = (x, y) else {
+                    panic!("one decode stopped at token {same}, the other did not: {x:?} vs {y:?}");
+                };
+                assert_eq!(
+                    x.abs_diff(y),
+                    1,
+                    "token {same}: {x} vs {y} are not neighbours"
+                );
+                flipped = true;
+            }
+            assert_eq!(ga.forced[..same], gb.forced[..same]);
+            if !flipped {
+                assert_eq!(ga.forced, gb.forced);
+                assert_eq!(ga.tti, gb.tti);
+            }
+            tokens += same;
+            for (x, y) in ga.log_probs[..same].iter().zip(&gb.log_probs[..same]) {
                 assert!((x - y).abs() <= 1e-5, "log-prob {x} vs {y}");
             }
-            for (x, y) in ga.signal.iter().zip(&gb.signal) {
+            for (x, y) in ga.signal[..same].iter().zip(&gb.signal[..same]) {
                 match (x, y) {
                     (Some(x), Some(y)) => assert!((x - y).abs() <= 1e-4, "M_t {x} vs {y}"),
                     _ => assert_eq!(x, y),
                 }
             }
+            if flipped {
+                break;
+            }
+        }
+        if flipped {
+            flips += 1;
+        } else {
+            assert_eq!(a.turns.len(), b.turns.len());
         }
     }
+    assert!(
+        2 * flips <= direct.len(),
+        "{flips} of {} episodes diverged",
+        direct.len()
+    );
     assert!(tokens > 300, "{tokens} tokens compared");
 }
 
