@@ -199,6 +199,21 @@ impl WebshopExpert {
             Page::Item if session.item() != Some(goal.product) => {
                 ("click[< prev]".to_string(), Move::WrongItem)
             }
+            p @ (Page::Item | Page::Description | Page::Features | Page::Reviews | Page::Done) => {
+                Self::on_the_product(p, session, &clickables, goal)
+            }
+        }
+    }
+
+    /// Both kinds on the product they opened (the privileged expert only once it is the goal's):
+    /// click the goal's next offered option value, else buy; back from a detail page.
+    fn on_the_product(
+        page: Page,
+        session: &Session,
+        clickables: &[String],
+        goal: &Goal,
+    ) -> (String, Move) {
+        match page {
             Page::Item => {
                 let chosen: Vec<&String> = session.options.iter().map(|(_, v)| v).collect();
                 match wanted_options(goal)
@@ -209,10 +224,8 @@ impl WebshopExpert {
                     None => ("click[buy now]".to_string(), Move::Buy),
                 }
             }
-            p @ (Page::Description | Page::Features | Page::Reviews) => {
-                ("click[< prev]".to_string(), Move::Back(p))
-            }
             Page::Done => ("click[back to search]".to_string(), Move::Done),
+            p => ("click[< prev]".to_string(), Move::Back(p)),
         }
     }
 
@@ -237,20 +250,9 @@ impl WebshopExpert {
                     Move::SearchShorter,
                 ),
             },
-            Page::Item => {
-                let chosen: Vec<&String> = session.options.iter().map(|(_, v)| v).collect();
-                match wanted_options(goal)
-                    .into_iter()
-                    .find(|(_, w)| clickables.contains(w) && !chosen.contains(&w))
-                {
-                    Some((_, v)) => (format!("click[{v}]"), Move::Choose(v)),
-                    None => ("click[buy now]".to_string(), Move::Buy),
-                }
+            p @ (Page::Item | Page::Description | Page::Features | Page::Reviews | Page::Done) => {
+                Self::on_the_product(p, session, &clickables, goal)
             }
-            p @ (Page::Description | Page::Features | Page::Reviews) => {
-                ("click[< prev]".to_string(), Move::Back(p))
-            }
-            Page::Done => ("click[back to search]".to_string(), Move::Done),
         }
     }
 
