@@ -52,6 +52,10 @@ pub struct RolloutSummary {
     pub format_valid_rate: f64,
     /// Fraction of kept turns cut at the response cap.
     pub truncated_rate: f64,
+    /// Fraction of kept turns whose prompt was longer than `rollout.max_prompt_tokens` and was
+    /// cut from the left (the task's instruction is then lost).
+    #[serde(default)]
+    pub prompt_cut_rate: f64,
     /// Fraction of episodes with a void turn (counted when void marking is on).
     pub void_rate: f64,
     /// Tokens decoded (kept and discarded generations).
@@ -176,6 +180,7 @@ impl RolloutSummary {
             tds_resample_rate: discarded as f64 / (turns.len() + discarded).max(1) as f64,
             format_valid_rate: count(&|x| x.format_valid),
             truncated_rate: count(&|x| x.generation.truncated),
+            prompt_cut_rate: count(&|x| x.prompt_truncated > 0),
             void_rate: records.iter().filter(|e| e.void).count() as f64 / n,
             decoded_tokens: stats.decoded_tokens,
             prefill_tokens: stats.prefill_tokens,
@@ -477,7 +482,15 @@ mod tests {
                 1.0,
                 2,
             ),
-            episode(vec![turn(40, None, true)], false, 0.5, 0),
+            episode(
+                vec![TurnRecord {
+                    prompt_truncated: 7,
+                    ..turn(40, None, true)
+                }],
+                false,
+                0.5,
+                0,
+            ),
         ];
         let stats = RolloutStats {
             decoded_tokens: 60,
@@ -496,6 +509,10 @@ mod tests {
         assert_eq!(s.tti_budget_rate, 0.25);
         assert_eq!(s.tds_resample_rate, 2.0 / 6.0);
         assert_eq!(s.format_valid_rate, 0.75);
+        assert_eq!(
+            s.prompt_cut_rate, 0.25,
+            "one kept turn of four had its prompt cut"
+        );
         assert_eq!(s.tokens_per_second, 50.0);
         // No episodes: zeros, not NaN.
         let e = RolloutSummary::of(&[], &RolloutStats::default(), 0.0);

@@ -897,6 +897,12 @@ pub fn iteration_line(l: &MetricsLine, iterations: usize) -> String {
     if let Some(x) = u.sft_loss {
         s.push_str(&format!(" | sft anchor {x:.3}"));
     }
+    if r.prompt_cut_rate > 0.0 {
+        s.push_str(&format!(
+            " | prompts cut at max_prompt_tokens {:.2}",
+            r.prompt_cut_rate
+        ));
+    }
     if let Some(e) = &l.eval {
         s.push_str(&format!(
             " | held-out success {:.3} score {:.3}",
