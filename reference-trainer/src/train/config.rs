@@ -979,7 +979,7 @@ mod tests {
         let w = TrainConfig::default_for(EnvKind::Webshop).unwrap();
         let a = TrainConfig::default_for(EnvKind::Alfworld).unwrap();
         let s = TrainConfig::default_for(EnvKind::Search).unwrap();
-        assert_eq!([a.rollout.group_size, s.rollout.group_size], [8, 5]);
+        assert_eq!(s.rollout.group_size, 5);
         assert_eq!([w.rollout.max_turns, s.rollout.max_turns], [15, 4]);
         assert_eq!([a.rollout.history_length, s.rollout.history_length], [2, 4]);
         // WebShop departs from the paper's group of 8 and P = 2 (its config says why): 8 tasks
@@ -987,9 +987,14 @@ mod tests {
         assert_eq!((w.rollout.group_size, w.rollout.history_length), (5, 1));
         assert_eq!(w.rft.expert, ExpertKind::Shopper);
         assert_eq!(w.algo.norm, Norm::Mean);
-        assert_eq!(a.algo.norm, Norm::MeanStd);
         assert_eq!(s.algo.anchor_similarity, 0.9);
-        assert_eq!(a.algo.kl_coef, 0.01);
+        // ALFWorld departs from the paper's group of 8, 50 turns, mean-std norm and KL 0.01 (its
+        // config says why): the RL shape measured on WebShop and Search QA, 20 turns.
+        assert_eq!(
+            (a.rollout.group_size, a.rollout.max_turns, a.algo.norm),
+            (5, 20, Norm::Mean)
+        );
+        assert_eq!((a.algo.kl_coef, a.algo.entropy_coef), (0.0, 0.0));
         for c in [&w, &a, &s] {
             assert_eq!(c.algo.gamma, 0.95);
             assert_eq!(c.algo.format_penalty, 0.1);
@@ -1098,12 +1103,12 @@ mod tests {
             ),
             ("\nepochs = 2", "\nepochs = 6", "rft.epochs", "1..=5"),
             (
-                "group_size = 8",
+                "group_size = 5",
                 "group_size = 0",
                 "rollout.group_size",
                 "1..=1024",
             ),
-            ("\nlr = 3e-4", "\nlr = -1.0", "optim.lr", "(0, 1]"),
+            ("\nlr = 1e-4", "\nlr = -1.0", "optim.lr", "(0, 1]"),
             (
                 "\ntemperature = 1.0",
                 "\ntemperature = nan",
