@@ -398,6 +398,59 @@ fn tds_resamples_from_the_same_prompt_and_discards_never_reach_the_env() {
 }
 
 #[test]
+fn greedy_tds_resamples_are_not_decoded_again_and_keep_what_decoding_them_keeps() {
+    // At T = 0 a resample is its first try again; the rollout copies it instead of decoding
+    // it. Against it: T = 1e-4, which takes the decoding path and, with the script's margins
+    // (≥ 37 logits), draws the argmax every time. Φ and M_t come from the raw logits, so they
+    // do not depend on the temperature; only the log-probs do (untempered at T = 0).
+    let run = |temperature: f32| {
+        let (tok, mut script, mut cfg) = setup(ControlSwitches::default());
+        script.noise = true;
+        cfg.control.eta = 10.0; // every later turn resamples B_max times
+        cfg.sampling.temperature = temperature;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut envs = corridors(3, &log);
+        let (records, stats) =
+            rollout(&script, &tok, &mut envs, &specs(3), &cfg, |_, _| {}).unwrap();
+        let env_steps = log.lock().unwrap().len();
+        (records, stats, env_steps, cfg.control.max_resamples)
+    };
+    let (greedy, g_stats, g_steps, b_max) = run(0.0);
+    let (decoded, d_stats, d_steps, _) = run(1e-4);
+    let kept_turns: usize = greedy.iter().map(|r| r.num_turns()).sum();
+    let resamples: usize = greedy.iter().map(|r| r.resamples as usize).sum();
+    assert!(resamples > 0 && kept_turns > greedy.len());
+    assert_eq!(resamples, (kept_turns - greedy.len()) * b_max as usize);
+    // Decoded once per kept turn at T = 0; once per try on the decoding path.
+    assert_eq!(g_stats.generations, kept_turns);
+    assert_eq!(d_stats.generations, kept_turns + resamples);
+    assert!(g_stats.decoded_tokens < d_stats.decoded_tokens);
+    assert_eq!((g_steps, d_steps), (kept_turns, kept_turns));
+    assert_eq!(greedy.len(), decoded.len());
+    for (g, d) in greedy.iter().zip(&decoded) {
+        assert_eq!(
+            (g.success, g.score, g.total_reward, g.resamples),
+            (d.success, d.score, d.total_reward, d.resamples)
+        );
+        assert_eq!(g.turns.len(), d.turns.len());
+        for (a, b) in g.turns.iter().zip(&d.turns) {
+            assert_eq!(a.generation.response_ids, b.generation.response_ids);
+            assert_eq!(a.generation.forced, b.generation.forced);
+            assert_eq!(a.generation.signal, b.generation.signal);
+            assert_eq!(a.generation.phi, b.generation.phi);
+            assert_eq!(a.generation.tti, b.generation.tti);
+            assert_eq!(
+                (a.tds_tries, a.gamma, &a.discarded, &a.action),
+                (b.tds_tries, b.gamma, &b.discarded, &b.action)
+            );
+            for t in &a.discarded {
+                assert_eq!(t.phi, a.generation.phi, "a greedy try equals the kept one");
+            }
+        }
+    }
+}
+
+#[test]
 fn capped_rows_finish_alone_and_void_turns_are_marked() {
     let (tok, mut script, mut cfg) = setup(ControlSwitches {
         tti: false,

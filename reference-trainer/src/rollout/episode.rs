@@ -282,6 +282,7 @@ pub fn rollout_part_until<P: Policy>(
     // cannot decode are masked with −∞ (spec §1 allows masked entries) so they are never drawn.
     let id_bound = tokenizer.id_bound();
     let mut sampler = Sampler::new(cfg.sampling)?;
+    let greedy = cfg.sampling.temperature == 0.0;
     let mut stats = RolloutStats::default();
     let mut live: Vec<Live<'_>> = Vec::with_capacity(envs.len());
     for (j, (env, &spec)) in envs.iter_mut().zip(specs).enumerate() {
@@ -350,7 +351,8 @@ pub fn rollout_part_until<P: Policy>(
         let prompts: Vec<Vec<u32>> = pending.iter().map(|&i| live[i].prompt.clone()).collect();
         // A resample (a try after the first) starts from its turn's kept prefill. A first try
         // keeps its prefill when TDS may ask for another: TDS is on, a kept turn came before
-        // (first turns are never resampled) and tries are left.
+        // (first turns are never resampled) and tries are left, and decoding is not greedy
+        // (a greedy resample is its first try again; below).
         let reuse: Vec<Option<Prefilled>> =
             pending.iter().map(|&i| live[i].prefilled.clone()).collect();
         let may_resample = |l: &Live<'_>| {
@@ -360,7 +362,7 @@ pub fn rollout_part_until<P: Policy>(
         };
         let keep: Vec<bool> = pending
             .iter()
-            .map(|&i| live[i].prefilled.is_none() && may_resample(&live[i]))
+            .map(|&i| !greedy && live[i].prefilled.is_none() && may_resample(&live[i]))
             .collect();
         let mut rows: Vec<Row> = pending
             .iter()
@@ -411,9 +413,24 @@ pub fn rollout_part_until<P: Policy>(
             // keep, and the next turn is compared with the same Φ as before). On a first turn
             // there is none; the floor stands in (first turns are never resampled).
             let phi = gen.phi.or(l.last_phi).unwrap_or(cfg.control.phi_floor);
-            let verdict = l.tds.decide(phi)?;
+            let mut verdict = l.tds.decide(phi)?;
             l.tries.push(gen);
             l.gammas.push(verdict.gamma);
+            // Greedy decoding (T = 0, as held-out evaluation runs): a resample decodes the same
+            // prompt from the same kept prefill by argmax, so it is this try again, token for
+            // token and with the same Φ (on a forward pass that gives a row the same logits
+            // whatever the batch around it, as the CPU paths do). TDS still decides every try
+            // it would have seen, so tries, Γs and resample counts are the same; only the
+            // decoding is not repeated (`tests/rollout.rs` holds it equal to decoding them).
+            if greedy {
+                while verdict.resample != 0 {
+                    l.record.resamples += 1;
+                    verdict = l.tds.decide(phi)?;
+                    let again = l.tries[l.tries.len() - 1].clone();
+                    l.tries.push(again);
+                    l.gammas.push(verdict.gamma);
+                }
+            }
             if verdict.resample != 0 {
                 l.record.resamples += 1;
                 continue;
