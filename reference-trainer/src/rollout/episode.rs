@@ -422,14 +422,12 @@ pub fn rollout_part_until<P: Policy>(
             // whatever the batch around it, as the CPU paths do). TDS still decides every try
             // it would have seen, so tries, Γs and resample counts are the same; only the
             // decoding is not repeated (`tests/rollout.rs` holds it equal to decoding them).
-            if greedy {
-                while verdict.resample != 0 {
-                    l.record.resamples += 1;
-                    verdict = l.tds.decide(phi)?;
-                    let again = l.tries[l.tries.len() - 1].clone();
-                    l.tries.push(again);
-                    l.gammas.push(verdict.gamma);
-                }
+            while greedy && verdict.resample != 0 {
+                l.record.resamples += 1;
+                verdict = l.tds.decide(phi)?;
+                let again = l.tries[l.tries.len() - 1].clone();
+                l.tries.push(again);
+                l.gammas.push(verdict.gamma);
             }
             if verdict.resample != 0 {
                 l.record.resamples += 1;
