@@ -524,3 +524,51 @@ fn calibrate_sets_the_thresholds_once_and_the_run_keeps_them() {
     assert_eq!(lines.iter().filter(|l| l.stage == "calibrate").count(), 1);
     assert_eq!(lines.iter().filter(|l| l.stage == "rl").count(), 2);
 }
+
+/// `rft.relabel` (DAgger) end to end on every environment: the round rolls the policy out,
+/// replays each episode with the expert watching (the replay reaches the recorded states, or the
+/// run fails), and fine-tunes on every turn it labelled; metrics.jsonl says how many and how
+/// often the policy's action was the expert's.
+#[test]
+fn relabelled_rounds_fine_tune_on_every_turn_with_the_experts_answers() {
+    let cache = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    for env in EnvKind::ALL {
+        let mut cfg = tiny(env, 1);
+        cfg.rft.relabel = true;
+        cfg.rft.tasks = 3;
+        cfg.rft.group_size = 2;
+        cfg.rft.epochs = 2;
+        let cfg_path = write_config(work.path(), &cfg);
+        let out = work.path().join(format!("run-{}", env.as_str()));
+        let stdout = ok(cli(cache.path())
+            .args(["train", "--quiet", "--no-rl", "--config"])
+            .arg(&cfg_path)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap());
+        assert!(
+            stdout.contains("relabelled round 1: 6 episodes"),
+            "{env:?}: {stdout}"
+        );
+        let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+        let round = lines
+            .iter()
+            .filter(|l| l.stage == "rft")
+            .nth(1)
+            .expect("the SFT line, then the round's");
+        let r = round.rollout.as_ref().unwrap();
+        let rej = round.rejection.as_ref().unwrap();
+        let turns = (r.turns_per_episode * r.episodes as f64).round() as usize;
+        assert_eq!((rej.episodes, rej.kept), (6, 6), "{env:?}");
+        assert_eq!(rej.turns, turns, "{env:?}: every turn labelled");
+        let a = rej
+            .expert_agreement
+            .expect("the agreement of a relabelled round");
+        assert!((0.0..=1.0).contains(&a), "{env:?}: {a}");
+        let u = round.update.as_ref().unwrap();
+        assert_eq!(u.rows, 2 * turns, "{env:?}: two epochs over the labels");
+        assert!(u.loss.is_finite() && u.steps > 0, "{env:?}: {u:?}");
+    }
+}

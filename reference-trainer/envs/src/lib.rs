@@ -289,6 +289,52 @@ pub fn run_expert_episode<E: WithExpert>(
     })
 }
 
+/// What the expert would have answered at one state a learner visited ([`expert_labels`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Label {
+    /// The expert's full response at this state.
+    pub response: String,
+    /// That response projected at this state ([`Env::project`]): the expert's action.
+    pub action: String,
+    /// [`Env::anchor`] at this state, so a caller can check the replay reached the state its
+    /// own episode recorded.
+    pub anchor: String,
+}
+
+/// DAgger's labels (Ross, Gordon & Bagnell, 2011, "A reduction of imitation learning and
+/// structured prediction to no-regret online learning"): resets `env` to task `index`, creates
+/// its expert (template seed `seed`), and replays a learner's `responses` (one per turn, the raw
+/// text, projected as a rollout projects it), asking the expert at every state the learner
+/// reached what it would answer there. The expert sees each observation the learner's actions
+/// produced, so its memory is what it would hold had it been watching: the label is the
+/// expert's recovery from the learner's mistakes. One label per response, fewer when the
+/// environment ends the episode first.
+pub fn expert_labels<E: WithExpert>(
+    env: &mut E,
+    index: usize,
+    seed: u64,
+    responses: &[String],
+) -> Vec<Label> {
+    let mut observation = env.reset(index);
+    let mut expert = env.expert(seed);
+    let mut labels = Vec::with_capacity(responses.len());
+    for response in responses {
+        let label = expert.respond(env, &observation);
+        labels.push(Label {
+            action: env.project(&label).action,
+            response: label,
+            anchor: env.anchor().to_string(),
+        });
+        let action = env.project(response);
+        let t = env.step(&action);
+        observation = t.observation;
+        if t.done {
+            break;
+        }
+    }
+    labels
+}
+
 /// Whether `response` has the strict format of T2PO-RULES §5: the whole response is
 /// `<think>…</think>` followed by one `<TAG>…</TAG>` for one of `tags` (`["action"]`, or Search
 /// QA's `["search", "answer"]`), each tag exactly once, whitespace allowed around the blocks.
@@ -360,6 +406,70 @@ mod tests {
         assert_eq!(
             episode.steps[0].prompt.as_deref(),
             Some(pool[0].prompt(&[], 2).as_str())
+        );
+    }
+
+    /// Relabelling the expert's own episode gives back its responses (same states, same memory,
+    /// same wording draws), on ALFWorld and WebShop.
+    #[test]
+    fn expert_labels_of_the_experts_own_episode_are_its_responses() {
+        fn check<E: WithExpert>(env: &mut E, tasks: usize) {
+            for task in 0..tasks {
+                let seed = 17 ^ task as u64;
+                let own = run_expert_episode(env, task, seed, None);
+                let responses: Vec<String> = own.steps.iter().map(|s| s.response.clone()).collect();
+                let labels = expert_labels(env, task, seed, &responses);
+                assert_eq!(labels.len(), responses.len(), "task {task}");
+                for (l, s) in labels.iter().zip(&own.steps) {
+                    assert_eq!(l.response, s.response, "task {task}");
+                    assert_eq!(l.action, s.action.action, "task {task}");
+                }
+                // The anchors are the states the episode acted on, in order.
+                env.reset(task);
+                assert_eq!(labels[0].anchor, env.anchor());
+            }
+        }
+        let alf =
+            alfworld::AlfworldEnv::generated_splits(12, 2, alfworld::game::Split::ValidSeen, 3)
+                .expect("generated ALFWorld");
+        check(&mut alf.train.clone(), 12);
+        let shop = webshop::WebshopEnv::generated_splits(200, 3).expect("generated WebShop");
+        check(&mut shop.train.clone(), 8);
+    }
+
+    /// A learner that repeats its first action: the labels at the states it reached are the
+    /// expert's way on from there — the same as the expert's own while the learner followed it,
+    /// then admissible commands other than the repeated one wherever the repeat changed nothing.
+    #[test]
+    fn expert_labels_recover_from_a_learners_repeats() {
+        let alf =
+            alfworld::AlfworldEnv::generated_splits(20, 2, alfworld::game::Split::ValidSeen, 5)
+                .expect("generated ALFWorld");
+        let mut env = alf.train.clone();
+        let mut differed = 0;
+        for task in 0..20 {
+            let own = run_expert_episode(&mut env, task, 1, None);
+            if own.steps.len() < 3 {
+                continue;
+            }
+            let first = own.steps[0].response.clone();
+            let learner = vec![first.clone(); 4];
+            let labels = expert_labels(&mut env, task, 1, &learner);
+            assert_eq!(labels[0].response, own.steps[0].response, "task {task}");
+            assert_eq!(labels[1].response, own.steps[1].response, "task {task}");
+            env.reset(task);
+            for (k, l) in labels.iter().enumerate() {
+                let projected = env.project(&l.response);
+                assert!(projected.valid, "task {task} step {k}: {}", l.response);
+                assert!(is_strict_format(&l.response, &["action"]));
+                differed += usize::from(l.response != first);
+                env.step(&env.project(&learner[k]));
+            }
+        }
+        // Repeating `go to X` where the agent already is changes nothing: the expert moves on.
+        assert!(
+            differed >= 20,
+            "only {differed} labels differ from the repeat"
         );
     }
 

@@ -13,7 +13,7 @@ use t2po_envs::search_qa::retriever::{Bm25Index, RetrievalError};
 use t2po_envs::search_qa::SearchQaEnv;
 use t2po_envs::webshop::expert::Demonstrator;
 use t2po_envs::webshop::WebshopEnv;
-use t2po_envs::{run_expert_episode, Env, Episode, Splits};
+use t2po_envs::{run_expert_episode, Env, Episode, Label, Splits};
 
 use crate::error::{Error, Result};
 
@@ -309,6 +309,36 @@ impl EnvPool {
             Proto::Webshop(s) => go(s, split, task, seed, p),
             Proto::Alfworld(s) => go(s, split, task, seed, p),
             Proto::Search(s) => go(s, split, task, seed, p),
+        }
+    }
+
+    /// The built-in expert's answers at the states a learner's `responses` reached on task
+    /// `task` of `split` ([`t2po_envs::expert_labels`], DAgger's labels): one per response,
+    /// fewer when the episode ended first.
+    pub fn expert_labels(
+        &self,
+        split: Split,
+        task: usize,
+        seed: u64,
+        responses: &[String],
+    ) -> Vec<Label> {
+        fn go<E: t2po_envs::WithExpert + Clone>(
+            s: &Splits<E>,
+            split: Split,
+            task: usize,
+            seed: u64,
+            responses: &[String],
+        ) -> Vec<Label> {
+            let mut env = match split {
+                Split::Train => s.train.clone(),
+                Split::Test => s.held_out.clone(),
+            };
+            t2po_envs::expert_labels(&mut env, task, seed, responses)
+        }
+        match &self.proto {
+            Proto::Webshop(s) => go(s, split, task, seed, responses),
+            Proto::Alfworld(s) => go(s, split, task, seed, responses),
+            Proto::Search(s) => go(s, split, task, seed, responses),
         }
     }
 }

@@ -341,6 +341,18 @@ pub struct RftSection {
     pub final_lr: f64,
     /// Rejection-sampling rounds (0: none).
     pub rounds: usize,
+    /// Beyond the paper: the rounds label instead of reject (DAgger, Ross et al. 2011). Each
+    /// round still rolls the policy out on `tasks` × `group_size` training episodes, then asks
+    /// the environment's expert what it would have answered at every state those episodes
+    /// reached ([`crate::rollout::EnvPool::expert_labels`], replaying the episode), and
+    /// fine-tunes on the policy's own prompts with the expert's answers, every turn of every
+    /// episode, success or not (`score_threshold` is then unused). A cold start trained on
+    /// the expert's episodes alone never sees a state after its own mistake (ALFWorld: a
+    /// policy that went to the sink basin goes there again); these rounds show it the way on.
+    /// `rft.cut_think` applies to the labels as to the demonstrations. Off when absent, as in
+    /// configs written before it existed.
+    #[serde(default)]
+    pub relabel: bool,
     /// Training tasks rolled out per round.
     pub tasks: usize,
     /// Episodes per task per round.

@@ -251,8 +251,12 @@ pub struct RejectionReport {
     pub episodes: usize,
     /// Episodes kept.
     pub kept: usize,
-    /// Turns fine-tuned on (the kept episodes' turns).
+    /// Turns fine-tuned on (the kept episodes' turns; with `rft.relabel`, every turn labelled).
     pub turns: usize,
+    /// With `rft.relabel`: the share of labelled turns where the policy's action was the
+    /// expert's (how far the policy has drifted from the expert on its own states).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_agreement: Option<f64>,
 }
 
 /// One line of `metrics.jsonl`.

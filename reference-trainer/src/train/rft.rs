@@ -58,6 +58,8 @@ pub mod purpose {
     pub const CALIBRATE_ROLLOUT: u64 = 15;
     /// Which demonstrations `rft.cut_think` cuts, and where.
     pub const CUT_THINK: u64 = 16;
+    /// The expert's wording of a relabelled round's labels (`rft.relabel`).
+    pub const RELABEL: u64 = 17;
 }
 
 /// Hooks the caller gives a stage: a log line, a progress bar for a phase, and whether to stop.
@@ -456,38 +458,60 @@ pub fn cold_start(
             rep,
         )?;
         let summary = RolloutSummary::of(&records, &stats, secs);
-        let kept: Vec<&EpisodeRecord> = records
-            .iter()
-            .filter(|e| e.score >= f.score_threshold)
-            .collect();
-        let demos: Vec<Demo> = kept
-            .iter()
-            .flat_map(|e| &e.turns)
-            .filter(|t| !t.generation.response_ids.is_empty())
-            .map(|t| Demo {
-                prompt: t.prompt_ids.clone(),
-                response: t.generation.response_ids.clone(),
-            })
-            .collect();
-        rep.line(&format!(
-            "cold start: rejection round {}: {} episodes, success {:.3}, kept {} (score ≥ {}) with {} turns{}",
-            round + 1,
-            records.len(),
-            summary.success_rate,
-            kept.len(),
-            f.score_threshold,
-            demos.len(),
-            if kept.is_empty() {
-                " — no episode reached the threshold, so this round fine-tunes on nothing"
-            } else {
-                ""
-            }
-        ));
+        let (demos, kept, agreement) = if f.relabel {
+            let (demos, agreement) = relabelled_demos(
+                pool,
+                tokenizer,
+                cfg,
+                &records,
+                derive_seed(cfg.seed, r, purpose::RELABEL),
+            )?;
+            rep.line(&format!(
+                "cold start: relabelled round {}: {} episodes (success {:.3}), {} turns labelled \
+                 by the expert; the policy's action was the expert's in {:.3} of them",
+                round + 1,
+                records.len(),
+                summary.success_rate,
+                demos.len(),
+                agreement,
+            ));
+            (demos, records.len(), Some(agreement))
+        } else {
+            let kept: Vec<&EpisodeRecord> = records
+                .iter()
+                .filter(|e| e.score >= f.score_threshold)
+                .collect();
+            let demos: Vec<Demo> = kept
+                .iter()
+                .flat_map(|e| &e.turns)
+                .filter(|t| !t.generation.response_ids.is_empty())
+                .map(|t| Demo {
+                    prompt: t.prompt_ids.clone(),
+                    response: t.generation.response_ids.clone(),
+                })
+                .collect();
+            rep.line(&format!(
+                "cold start: rejection round {}: {} episodes, success {:.3}, kept {} (score ≥ {}) with {} turns{}",
+                round + 1,
+                records.len(),
+                summary.success_rate,
+                kept.len(),
+                f.score_threshold,
+                demos.len(),
+                if kept.is_empty() {
+                    " — no episode reached the threshold, so this round fine-tunes on nothing"
+                } else {
+                    ""
+                }
+            ));
+            (demos, kept.len(), None)
+        };
         let rejection = RejectionReport {
             threshold: f.score_threshold,
             episodes: records.len(),
-            kept: kept.len(),
+            kept,
             turns: demos.len(),
+            expert_agreement: agreement,
         };
         let u = fine_tune(
             "rft",
@@ -509,6 +533,76 @@ pub fn cold_start(
         on_stage(Stage::Rejection(round), &opt, sft_steps, line, rep)?;
     }
     Ok(())
+}
+
+/// A relabelled round's data (`rft.relabel`, DAgger): every turn of `records` (the policy's
+/// training episodes) as a demonstration whose prompt is the policy's own and whose response is
+/// what the environment's expert answers at that state (its wording drawn from `seed` and the
+/// task), with the end token as [`expert_demos_counted`] writes it and `rft.cut_think` applied
+/// as to the demonstrations. Also the share of turns whose action was the expert's. Each
+/// episode is replayed from its recorded responses; a replay that reaches another state than
+/// the rollout recorded (a nondeterministic environment) is an error, not a wrong label.
+pub fn relabelled_demos(
+    pool: &EnvPool,
+    tokenizer: &Tokenizer,
+    cfg: &TrainConfig,
+    records: &[EpisodeRecord],
+    seed: u64,
+) -> Result<(Vec<Demo>, f64)> {
+    let end = tokenizer.control_tokens()?.im_end;
+    let mut demos = Vec::new();
+    let mut agree = 0usize;
+    for e in records {
+        let responses: Vec<String> = e.turns.iter().map(|t| t.response.clone()).collect();
+        let labels = pool.expert_labels(Split::Train, e.task, seed ^ e.task as u64, &responses);
+        if labels.len() != e.turns.len() {
+            return Err(Error::invalid(
+                "rft.relabel",
+                format!(
+                    "replaying episode {} (training task {}) ended after {} of its {} turns: \
+                     the environment is not deterministic",
+                    e.episode,
+                    e.task,
+                    labels.len(),
+                    e.turns.len()
+                ),
+            ));
+        }
+        for (t, l) in e.turns.iter().zip(labels) {
+            if l.anchor != t.anchor {
+                return Err(Error::invalid(
+                    "rft.relabel",
+                    format!(
+                        "replaying episode {} (training task {}) reached another state at turn \
+                         {} than its rollout: the environment is not deterministic",
+                        e.episode, e.task, t.turn
+                    ),
+                ));
+            }
+            agree += usize::from(l.action == t.action);
+            let mut response = tokenizer.encode(&l.response)?;
+            response.push(end);
+            demos.push(Demo {
+                prompt: t.prompt_ids.clone(),
+                response,
+            });
+        }
+    }
+    let agreement = agree as f64 / demos.len().max(1) as f64;
+    if cfg.rft.cut_think > 0.0 && !demos.is_empty() {
+        let control = cfg
+            .rollout_config(&tokenizer.control_tokens()?, 1.0, 0)?
+            .control;
+        cut_thinking(
+            &mut demos,
+            tokenizer,
+            &control.queue[..control.queue_len as usize],
+            control.min_len,
+            cfg.rft.cut_think,
+            derive_seed(seed, 0, purpose::CUT_THINK),
+        )?;
+    }
+    Ok((demos, agreement))
 }
 
 /// The cold start's demonstrations, as [`cold_start_demos`] builds them.
