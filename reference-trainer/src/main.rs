@@ -11,8 +11,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use reference_trainer::defaults;
 use reference_trainer::model::{checkpoint, Qwen3};
 use reference_trainer::rollout::{
-    rollout, ControlSwitches, EnvKind, EnvPool, EpisodeSpec, ProfileName, RolloutConfig,
-    SamplingParams, Split,
+    rollout, ControlSwitches, EnvKind, EnvPool, EpisodeSpec, PackedQwen3, ProfileName,
+    RolloutConfig, SamplingParams, Split,
 };
 use reference_trainer::tokenizer::Tokenizer;
 use reference_trainer::train::run::RUN_CONFIG;
@@ -830,7 +830,9 @@ fn run() -> Result<()> {
             let specs: Vec<EpisodeSpec> = (0..episodes)
                 .map(|_| EpisodeSpec { task, group: 0 })
                 .collect();
-            let (records, stats) = rollout(&model, &tokenizer, &mut envs, &specs, &cfg, |_, _| {})?;
+            let policy = PackedQwen3::new(&model)?;
+            let (records, stats) =
+                rollout(&policy, &tokenizer, &mut envs, &specs, &cfg, |_, _| {})?;
             let out = std::io::stdout();
             let mut out = out.lock();
             for rec in &records {

@@ -1,11 +1,13 @@
 //! The embedded default on the real environments: the tokenizer trained on the environments'
 //! text derives its control tokens, the random default model rolls out on WebShop, ALFWorld and
-//! Search QA through the whole loop, and the same seed gives the same records bit for bit.
+//! Search QA through the whole loop, and the same seed gives the same records bit for bit,
+//! whether the decode weights are packed per generation or once per rollout.
 
 use candle_core::Device;
 use reference_trainer::defaults;
 use reference_trainer::rollout::{
-    rollout, ControlSwitches, EnvKind, EnvPool, EpisodeSpec, RolloutConfig, SamplingParams, Split,
+    rollout, ControlSwitches, EnvKind, EnvPool, EpisodeSpec, PackedQwen3, RolloutConfig,
+    SamplingParams, Split,
 };
 
 #[test]
@@ -46,7 +48,7 @@ fn the_default_rolls_out_on_every_environment_deterministically() {
         size.train_questions = 4;
         size.held_out_questions = 1;
         let pool = EnvPool::generated(env, 7, size).unwrap();
-        let run = || {
+        let run = |packed: bool| {
             let cfg = RolloutConfig {
                 control: ControlSwitches::default()
                     .control_config_for(&c, env.response_tags())
@@ -66,8 +68,14 @@ fn the_default_rolls_out_on_every_environment_deterministically() {
                     group: i % 2,
                 })
                 .collect();
-            let (records, stats) =
-                rollout(&model, &tok, &mut envs, &specs, &cfg, |_, _| {}).unwrap();
+            // Bare, the model packs its decode weights per generation; `PackedQwen3` packs
+            // them once for the rollout: the same weights, the same records.
+            let (records, stats) = if packed {
+                let policy = PackedQwen3::new(&model).unwrap();
+                rollout(&policy, &tok, &mut envs, &specs, &cfg, |_, _| {}).unwrap()
+            } else {
+                rollout(&model, &tok, &mut envs, &specs, &cfg, |_, _| {}).unwrap()
+            };
             assert!(stats.decoded_tokens > 0);
             for r in &records {
                 assert!(r.num_turns() >= 1 && r.num_turns() <= 2);
@@ -86,10 +94,16 @@ fn the_default_rolls_out_on_every_environment_deterministically() {
             }
             serde_json::to_string(&records).unwrap()
         };
+        let bare = run(false);
         assert_eq!(
-            run(),
-            run(),
+            bare,
+            run(false),
             "{env:?}: the same seed must give the same rollout"
+        );
+        assert_eq!(
+            bare,
+            run(true),
+            "{env:?}: weights packed once decode what weights packed per generation decode"
         );
     }
 }

@@ -17,6 +17,8 @@
 //! (`[B][layer][k|v][KV]…`, keys `[head_dim][capacity]`, values `[capacity][head_dim]`) so
 //! each range owns one contiguous slice of it.
 
+use std::sync::Arc;
+
 use candle_core::{DType, Tensor};
 
 use super::fused::{rms_norm_rows, rope_rows, softmax_range, swiglu_fwd};
@@ -774,7 +776,7 @@ fn run(
 /// The decode state of one batch: the packed weights, the cache and the scratch.
 #[derive(Debug)]
 pub struct DecodeState {
-    dec: Decoder,
+    dec: Arc<Decoder>,
     kv: Vec<f32>,
     pad: Vec<usize>,
     batch: usize,
@@ -786,8 +788,10 @@ pub struct DecodeState {
 
 impl DecodeState {
     /// Takes over a prefilled candle cache (its keys and values are copied once, into the
-    /// row-major layout) with the weights of `dec`.
-    pub fn from_cache(dec: Decoder, cache: &KvCache) -> Result<Self> {
+    /// row-major layout) with the weights of `dec` (a [`Decoder`], or one shared by every
+    /// generation of a rollout: `Arc<Decoder>`).
+    pub fn from_cache(dec: impl Into<Arc<Decoder>>, cache: &KvCache) -> Result<Self> {
+        let dec: Arc<Decoder> = dec.into();
         let (b, cap) = (cache.batch(), cache.capacity());
         if cache.layers() != dec.layers.len() {
             return Err(Error::invalid(

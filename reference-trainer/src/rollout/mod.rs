@@ -12,7 +12,7 @@ pub use episode::{
     rollout, rollout_part_until, rollout_until, ControlSwitches, EpisodeSpec, ProfileName,
     RolloutConfig, RolloutStats, TriggerName,
 };
-pub use policy::{CandleDecode, Policy, Prefilled, QwenCache};
+pub use policy::{CandleDecode, PackedQwen3, Policy, Prefilled, QwenCache};
 pub use pool::{encyclopedia, EnvKind, EnvPool, PoolSize, Split};
 pub use sampler::{Draw, Sampler, SamplingParams};
 pub use trajectory::{DiscardedTry, EpisodeRecord, Generation, TtiFire, TtiReason, TurnRecord};

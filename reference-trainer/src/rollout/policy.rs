@@ -176,15 +176,100 @@ impl Policy for Qwen3 {
 
 impl Qwen3 {
     /// The decode state of a prefilled cache: the direct one for f32 on the CPU with the
-    /// fused kernels on, else candle's.
+    /// fused kernels on, else candle's. Used bare, a [`Qwen3`] packs its weights for every
+    /// generation (its weights may have changed since the last); [`PackedQwen3`] packs once.
     fn decode_state(&self, cache: KvCache) -> Result<QwenCache> {
+        self.decode_state_with(cache, None)
+    }
+
+    /// [`decode_state`](Self::decode_state) with the weights `packed` already, when given.
+    fn decode_state_with(
+        &self,
+        cache: KvCache,
+        packed: Option<&Arc<Decoder>>,
+    ) -> Result<QwenCache> {
         if !self.fused() {
             return Ok(QwenCache::Candle(cache));
         }
-        // The weights are packed per generation: the policy trains between rollouts, and
-        // packing (one pass over the weights) costs about one decode step.
-        let state = DecodeState::from_cache(Decoder::new(self)?, &cache)?;
+        let state = match packed {
+            Some(dec) => DecodeState::from_cache(Arc::clone(dec), &cache)?,
+            None => DecodeState::from_cache(Decoder::new(self)?, &cache)?,
+        };
         Ok(QwenCache::Direct(Box::new(state)))
+    }
+}
+
+/// A [`Qwen3`] whose decode weights are packed once ([`Decoder`]) for every generation it
+/// runs: the policy of one rollout. A rollout of the tiny default runs a generation per turn
+/// round and per TDS resample round (40–60 of them for 134 ALFWorld games), and packing is one
+/// pass over the weights, about a decode step's time; a bare [`Qwen3`] packs per generation
+/// because the trainer changes its weights between rollouts. Build one per policy version:
+/// the packed copy does not follow an optimizer step made while it lives (the trainer builds
+/// it at the start of each rollout and drops it before the update).
+#[derive(Debug)]
+pub struct PackedQwen3<'a> {
+    model: &'a Qwen3,
+    packed: Option<Arc<Decoder>>,
+}
+
+impl<'a> PackedQwen3<'a> {
+    /// Packs `model`'s weights now when it decodes directly (f32 on the CPU, fused kernels on);
+    /// otherwise it decodes through candle as the bare model does.
+    pub fn new(model: &'a Qwen3) -> Result<Self> {
+        let packed = if model.fused() {
+            Some(Arc::new(Decoder::new(model)?))
+        } else {
+            None
+        };
+        Ok(Self { model, packed })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &'a Qwen3 {
+        self.model
+    }
+}
+
+impl Policy for PackedQwen3<'_> {
+    type Cache = QwenCache;
+
+    fn vocab_size(&self) -> usize {
+        self.model.config().vocab_size
+    }
+
+    fn prefill(
+        &self,
+        prompts: &[Vec<u32>],
+        max_new: usize,
+        logits: &mut Vec<f32>,
+    ) -> Result<QwenCache> {
+        let (cache, l) = Qwen3::prefill(self.model, prompts, max_new)?;
+        to_host(&l, logits)?;
+        self.model.decode_state_with(cache, self.packed.as_ref())
+    }
+
+    fn prefill_reusing(
+        &self,
+        prompts: &[Vec<u32>],
+        max_new: usize,
+        reuse: &[Option<Prefilled>],
+        keep: &[bool],
+        logits: &mut Vec<f32>,
+    ) -> Result<(QwenCache, Vec<Option<Prefilled>>)> {
+        let (cache, kept) =
+            qwen_prefill_reusing(self.model, prompts, max_new, reuse, keep, logits)?;
+        Ok((
+            self.model.decode_state_with(cache, self.packed.as_ref())?,
+            kept,
+        ))
+    }
+
+    fn decode(&self, cache: &mut QwenCache, tokens: &[u32], logits: &mut Vec<f32>) -> Result<()> {
+        Policy::decode(self.model, cache, tokens, logits)
+    }
+
+    fn retain(&self, cache: &mut QwenCache, rows: &[usize]) -> Result<()> {
+        Policy::retain(self.model, cache, rows)
     }
 }
 

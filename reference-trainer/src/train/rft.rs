@@ -20,7 +20,8 @@ use super::state::derive_seed;
 use crate::error::{Error, Result};
 use crate::model::Qwen3;
 use crate::rollout::{
-    encyclopedia, rollout_part_until, EnvPool, EpisodeRecord, EpisodeSpec, RolloutStats, Split,
+    encyclopedia, rollout_part_until, EnvPool, EpisodeRecord, EpisodeSpec, PackedQwen3,
+    RolloutStats, Split,
 };
 use crate::tokenizer::Tokenizer;
 
@@ -224,13 +225,15 @@ fn run_episodes_in_parts(
     let n = specs.len();
     let mut records = Vec::with_capacity(n);
     let mut stats = RolloutStats::default();
+    // One policy version for the whole call: its decode weights packed once.
+    let packed = PackedQwen3::new(policy)?;
     rep.begin(phase, n);
     for (k, chunk) in specs.chunks(part.max(1)).enumerate() {
         let first = k * part.max(1);
         let mut envs: Vec<_> = chunk.iter().map(|_| pool.make(split)).collect();
         let mut stopped = None;
         let out = rollout_part_until(
-            policy,
+            &packed,
             tokenizer,
             &mut envs,
             chunk,
