@@ -350,7 +350,9 @@ pub struct RftSection {
     /// the expert's episodes alone never sees a state after its own mistake (ALFWorld: a
     /// policy that went to the sink basin goes there again); these rounds show it the way on.
     /// `rft.cut_think` applies to the labels as to the demonstrations. Off when absent, as in
-    /// configs written before it existed.
+    /// configs written before it existed. Measured on ALFWorld (README, "Relabelled rounds"):
+    /// it hurt — the expert's answers off its path depend on more than the policy's memory
+    /// window shows.
     #[serde(default)]
     pub relabel: bool,
     /// Training tasks rolled out per round.
