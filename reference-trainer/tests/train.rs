@@ -570,5 +570,40 @@ fn relabelled_rounds_fine_tune_on_every_turn_with_the_experts_answers() {
         let u = round.update.as_ref().unwrap();
         assert_eq!(u.rows, 2 * turns, "{env:?}: two epochs over the labels");
         assert!(u.loss.is_finite() && u.steps > 0, "{env:?}: {u:?}");
+        // Records whose states are not the training tasks' (held-out episodes from `generate`)
+        // cannot be relabelled: the replay notices, and says so instead of labelling.
+        if env == EnvKind::Alfworld {
+            let jsonl = work.path().join("held-out.jsonl");
+            ok(cli(cache.path())
+                .args([
+                    "generate",
+                    "--episodes",
+                    "2",
+                    "--temperature",
+                    "1",
+                    "--checkpoint",
+                ])
+                .arg(out.join("cold-start"))
+                .arg("--jsonl")
+                .arg(&jsonl)
+                .output()
+                .unwrap());
+            let records: Vec<reference_trainer::rollout::EpisodeRecord> =
+                std::fs::read_to_string(&jsonl)
+                    .unwrap()
+                    .lines()
+                    .map(|l| serde_json::from_str(l).unwrap())
+                    .collect();
+            let pool = reference_trainer::train::run::pool_for(&cfg).unwrap();
+            let tok =
+                reference_trainer::tokenizer::Tokenizer::load(out.join("cold-start")).unwrap();
+            let e = reference_trainer::train::rft::relabelled_demos(&pool, &tok, &cfg, &records, 1)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("rft.relabel") && e.contains("another task set"),
+                "{e}"
+            );
+        }
     }
 }

@@ -544,7 +544,8 @@ pub fn cold_start(
 /// task), with the end token as [`expert_demos_counted`] writes it and `rft.cut_think` applied
 /// as to the demonstrations. Also the share of turns whose action was the expert's. Each
 /// episode is replayed from its recorded responses; a replay that reaches another state than
-/// the rollout recorded (a nondeterministic environment) is an error, not a wrong label.
+/// the rollout recorded (a nondeterministic environment, or records of another split or
+/// world) is an error, not a wrong label.
 pub fn relabelled_demos(
     pool: &EnvPool,
     tokenizer: &Tokenizer,
@@ -563,7 +564,7 @@ pub fn relabelled_demos(
                 "rft.relabel",
                 format!(
                     "replaying episode {} (training task {}) ended after {} of its {} turns: \
-                     the environment is not deterministic",
+                     a nondeterministic environment, or a record of another task set",
                     e.episode,
                     e.task,
                     labels.len(),
@@ -577,7 +578,8 @@ pub fn relabelled_demos(
                     "rft.relabel",
                     format!(
                         "replaying episode {} (training task {}) reached another state at turn \
-                         {} than its rollout: the environment is not deterministic",
+                         {} than its rollout: a nondeterministic environment, or a record of \
+                         another task set",
                         e.episode, e.task, t.turn
                     ),
                 ));
