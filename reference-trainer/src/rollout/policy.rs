@@ -126,11 +126,13 @@ pub enum QwenCache {
     Direct(Box<DecodeState>),
 }
 
+/// A bare [`Qwen3`] decodes as a [`PackedQwen3`] that holds no packed weights: it packs them
+/// for every generation (the trainer changes them between rollouts).
 impl Policy for Qwen3 {
     type Cache = QwenCache;
 
     fn vocab_size(&self) -> usize {
-        self.config().vocab_size
+        PackedQwen3::per_generation(self).vocab_size()
     }
 
     fn prefill(
@@ -139,9 +141,7 @@ impl Policy for Qwen3 {
         max_new: usize,
         logits: &mut Vec<f32>,
     ) -> Result<QwenCache> {
-        let (cache, l) = Qwen3::prefill(self, prompts, max_new)?;
-        to_host(&l, logits)?;
-        self.decode_state(cache)
+        PackedQwen3::per_generation(self).prefill(prompts, max_new, logits)
     }
 
     fn prefill_reusing(
@@ -152,50 +152,15 @@ impl Policy for Qwen3 {
         keep: &[bool],
         logits: &mut Vec<f32>,
     ) -> Result<(QwenCache, Vec<Option<Prefilled>>)> {
-        let (cache, kept) = qwen_prefill_reusing(self, prompts, max_new, reuse, keep, logits)?;
-        Ok((self.decode_state(cache)?, kept))
+        PackedQwen3::per_generation(self).prefill_reusing(prompts, max_new, reuse, keep, logits)
     }
 
     fn decode(&self, cache: &mut QwenCache, tokens: &[u32], logits: &mut Vec<f32>) -> Result<()> {
-        match cache {
-            QwenCache::Candle(c) => {
-                let l = Qwen3::decode(self, c, tokens)?;
-                to_host(&l, logits)
-            }
-            QwenCache::Direct(s) => s.step(tokens, logits),
-        }
+        PackedQwen3::per_generation(self).decode(cache, tokens, logits)
     }
 
     fn retain(&self, cache: &mut QwenCache, rows: &[usize]) -> Result<()> {
-        match cache {
-            QwenCache::Candle(c) => Ok(c.retain(rows)?),
-            QwenCache::Direct(s) => s.retain(rows),
-        }
-    }
-}
-
-impl Qwen3 {
-    /// The decode state of a prefilled cache: the direct one for f32 on the CPU with the
-    /// fused kernels on, else candle's. Used bare, a [`Qwen3`] packs its weights for every
-    /// generation (its weights may have changed since the last); [`PackedQwen3`] packs once.
-    fn decode_state(&self, cache: KvCache) -> Result<QwenCache> {
-        self.decode_state_with(cache, None)
-    }
-
-    /// [`decode_state`](Self::decode_state) with the weights `packed` already, when given.
-    fn decode_state_with(
-        &self,
-        cache: KvCache,
-        packed: Option<&Arc<Decoder>>,
-    ) -> Result<QwenCache> {
-        if !self.fused() {
-            return Ok(QwenCache::Candle(cache));
-        }
-        let state = match packed {
-            Some(dec) => DecodeState::from_cache(Arc::clone(dec), &cache)?,
-            None => DecodeState::from_cache(Decoder::new(self)?, &cache)?,
-        };
-        Ok(QwenCache::Direct(Box::new(state)))
+        PackedQwen3::per_generation(self).retain(cache, rows)
     }
 }
 
@@ -210,6 +175,8 @@ impl Qwen3 {
 #[derive(Debug)]
 pub struct PackedQwen3<'a> {
     model: &'a Qwen3,
+    /// `None`: decode through candle (not f32 on the CPU with the fused kernels), or, for a
+    /// bare model ([`Self::per_generation`]), pack per generation.
     packed: Option<Arc<Decoder>>,
 }
 
@@ -225,9 +192,30 @@ impl<'a> PackedQwen3<'a> {
         Ok(Self { model, packed })
     }
 
+    /// What a bare model does: nothing packed ahead, the weights packed per generation.
+    fn per_generation(model: &'a Qwen3) -> Self {
+        Self {
+            model,
+            packed: None,
+        }
+    }
+
     /// The model.
     pub fn model(&self) -> &'a Qwen3 {
         self.model
+    }
+
+    /// The decode state of a prefilled cache: the direct one for f32 on the CPU with the
+    /// fused kernels on (with the weights packed ahead, or packed now), else candle's.
+    fn decode_state(&self, cache: KvCache) -> Result<QwenCache> {
+        if !self.model.fused() {
+            return Ok(QwenCache::Candle(cache));
+        }
+        let state = match &self.packed {
+            Some(dec) => DecodeState::from_cache(Arc::clone(dec), &cache)?,
+            None => DecodeState::from_cache(Decoder::new(self.model)?, &cache)?,
+        };
+        Ok(QwenCache::Direct(Box::new(state)))
     }
 }
 
@@ -246,7 +234,7 @@ impl Policy for PackedQwen3<'_> {
     ) -> Result<QwenCache> {
         let (cache, l) = Qwen3::prefill(self.model, prompts, max_new)?;
         to_host(&l, logits)?;
-        self.model.decode_state_with(cache, self.packed.as_ref())
+        self.decode_state(cache)
     }
 
     fn prefill_reusing(
@@ -259,18 +247,24 @@ impl Policy for PackedQwen3<'_> {
     ) -> Result<(QwenCache, Vec<Option<Prefilled>>)> {
         let (cache, kept) =
             qwen_prefill_reusing(self.model, prompts, max_new, reuse, keep, logits)?;
-        Ok((
-            self.model.decode_state_with(cache, self.packed.as_ref())?,
-            kept,
-        ))
+        Ok((self.decode_state(cache)?, kept))
     }
 
     fn decode(&self, cache: &mut QwenCache, tokens: &[u32], logits: &mut Vec<f32>) -> Result<()> {
-        Policy::decode(self.model, cache, tokens, logits)
+        match cache {
+            QwenCache::Candle(c) => {
+                let l = Qwen3::decode(self.model, c, tokens)?;
+                to_host(&l, logits)
+            }
+            QwenCache::Direct(s) => s.step(tokens, logits),
+        }
     }
 
     fn retain(&self, cache: &mut QwenCache, rows: &[usize]) -> Result<()> {
-        Policy::retain(self.model, cache, rows)
+        match cache {
+            QwenCache::Candle(c) => Ok(c.retain(rows)?),
+            QwenCache::Direct(s) => s.retain(rows),
+        }
     }
 }
 

@@ -594,20 +594,38 @@ pub fn relabelled_demos(
         }
     }
     let agreement = agree as f64 / demos.len().max(1) as f64;
-    if cfg.rft.cut_think > 0.0 && !demos.is_empty() {
-        let control = cfg
-            .rollout_config(&tokenizer.control_tokens()?, 1.0, 0)?
-            .control;
-        cut_thinking(
-            &mut demos,
-            tokenizer,
-            &control.queue[..control.queue_len as usize],
-            control.min_len,
-            cfg.rft.cut_think,
-            derive_seed(seed, 0, purpose::CUT_THINK),
-        )?;
-    }
+    cut_as_rollouts_do(
+        &mut demos,
+        tokenizer,
+        cfg,
+        derive_seed(seed, 0, purpose::CUT_THINK),
+    )?;
     Ok((demos, agreement))
+}
+
+/// [`cut_thinking`] on a share `rft.cut_think` of `demos` (none when it is 0), with the forced
+/// queue and L_min the rollouts use, so a cut demonstration is what a rollout holds after TTI
+/// fires; returns how many were cut.
+fn cut_as_rollouts_do(
+    demos: &mut [Demo],
+    tokenizer: &Tokenizer,
+    cfg: &TrainConfig,
+    seed: u64,
+) -> Result<usize> {
+    if cfg.rft.cut_think <= 0.0 || demos.is_empty() {
+        return Ok(0);
+    }
+    let control = cfg
+        .rollout_config(&tokenizer.control_tokens()?, 1.0, 0)?
+        .control;
+    cut_thinking(
+        demos,
+        tokenizer,
+        &control.queue[..control.queue_len as usize],
+        control.min_len,
+        cfg.rft.cut_think,
+        seed,
+    )
 }
 
 /// The cold start's demonstrations, as [`cold_start_demos`] builds them.
@@ -645,23 +663,12 @@ pub fn cold_start_demos(
     } else {
         (Vec::new(), 0)
     };
-    let cut = if f.cut_think > 0.0 && !demos.is_empty() {
-        // The queue and L_min the rollouts use, so a cut demonstration is what a rollout holds
-        // after TTI fires.
-        let control = cfg
-            .rollout_config(&tokenizer.control_tokens()?, 1.0, 0)?
-            .control;
-        cut_thinking(
-            &mut demos,
-            tokenizer,
-            &control.queue[..control.queue_len as usize],
-            control.min_len,
-            f.cut_think,
-            derive_seed(cfg.seed, 0, purpose::CUT_THINK),
-        )?
-    } else {
-        0
-    };
+    let cut = cut_as_rollouts_do(
+        &mut demos,
+        tokenizer,
+        cfg,
+        derive_seed(cfg.seed, 0, purpose::CUT_THINK),
+    )?;
     Ok(ColdStartDemos {
         tasks: demo_tasks,
         demos,
