@@ -12,9 +12,16 @@ the same config.
 
     python3 reference-trainer/benches/speed_vs_torch.py [--rounds 3] [--threads 2] [--quick]
 
+`--real` measures a real-sized model instead: SmolLM2-135M-Instruct (`scripts/fetch_smollm2.sh`
+caches its GGUF; `convert` writes it once as an f32 Hugging Face folder beside it), the same
+weights on both sides — decode at batch 1 / 32 / 64 (ours: the rollout's direct step, weights
+packed once, control kernel on; PyTorch eager: transformers' LlamaForCausalLM with its KV cache,
+one multinomial draw per row) and a training step at 8 x 256 tokens (forward, log-probs of the
+next tokens, backward, AdamW) — interleaved round by round (`benches/real_model.rs`).
+
 PyTorch and transformers come from PyPI: on first use the script creates a venv under
-~/.cache/t2po-bench-venv and installs them there (a few GB, several minutes), then re-runs itself
-inside it. It is not part of CI.
+~/.cache/t2po-bench-venv (or $T2PO_BENCH_VENV) and installs them there (a few GB, several
+minutes), then re-runs itself inside it. It is not part of CI.
 """
 import argparse
 import json
@@ -23,7 +30,8 @@ import subprocess
 import sys
 import time
 
-VENV = os.path.expanduser("~/.cache/t2po-bench-venv")
+VENV = os.environ.get("T2PO_BENCH_VENV", os.path.expanduser("~/.cache/t2po-bench-venv"))
+SMOLLM2 = os.path.expanduser("~/.cache/t2po-smollm2")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPES = [("1M", 128, 2, 512, 16, 256), ("1M", 128, 2, 512, 8, 1024), ("5M", 256, 4, 1024, 16, 256)]
 V, EPS, THETA = 4096, 1e-6, 1e6
@@ -185,13 +193,108 @@ def ours(bench, threads, quick):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def real_folder():
+    """SmolLM2-135M-Instruct as an f32 Hugging Face folder, converted once from the cached GGUF."""
+    gguf = os.path.join(SMOLLM2, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    folder = os.path.join(SMOLLM2, "hf-f32")
+    if not os.path.exists(gguf):
+        subprocess.check_call(["bash", os.path.join(ROOT, "scripts", "fetch_smollm2.sh")])
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        subprocess.check_call(["cargo", "run", "-q", "--release", "-p", "reference-trainer", "--",
+                               "convert", gguf, folder], cwd=ROOT)
+    return folder
+
+
+def torch_real(folder, threads, reps, steps):
+    """PyTorch eager on the folder's weights: decode tok/s at batch 1/32/64 and a training step."""
+    import torch
+    import transformers
+    torch.set_num_threads(threads)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    vocab = model.config.vocab_size
+    out = {}
+    g = torch.Generator().manual_seed(0)
+    model.eval()
+    for batch in (1, 32, 64):
+        best = float("inf")
+        for _ in range(reps):
+            ids = torch.randint(0, vocab, (batch, 64), generator=g)
+            with torch.inference_mode():
+                o = model(ids, use_cache=True)
+                cache, logits = o.past_key_values, o.logits[:, -1]
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    nxt = torch.multinomial(torch.softmax(logits, -1), 1)
+                    o = model(nxt, past_key_values=cache, use_cache=True)
+                    cache, logits = o.past_key_values, o.logits[:, -1]
+                best = min(best, time.perf_counter() - t0)
+        out[f"decode batch {batch}"] = batch * steps / best
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
+    tokens = torch.randint(0, vocab, (8, 257), generator=g)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = model(tokens[:, :-1], use_cache=False).logits
+        logp = torch.log_softmax(logits, -1)
+        (-logp.gather(-1, tokens[:, 1:, None]).mean()).backward()
+        opt.step()
+
+    step()
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        step()
+        best = min(best, time.perf_counter() - t)
+    out["train 8x256"] = 8 * 256 / best
+    return out
+
+
+def main_real(args):
+    import torch
+    folder = real_folder()
+    reps, steps = (1, 8) if args.quick else (2, 32)
+    best = {}
+    for r in range(args.rounds):
+        print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
+        env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads))
+        cmd = ["cargo", "bench", "-q", "-p", "reference-trainer", "--bench", "real_model", "--",
+               "--model", folder, "--json"] + (["--quick"] if args.quick else [])
+        o = json.loads(subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True,
+                                      text=True).stdout.strip().splitlines()[-1])
+        t = torch_real(folder, args.threads, reps, steps)
+        for k in ("decode batch 1", "decode batch 32", "decode batch 64", "train 8x256"):
+            ours = o[f"{k} (control on)"] if k.startswith("decode") else o[k]
+            best[(k, "ours")] = max(best.get((k, "ours"), 0.0), ours)
+            best[(k, "eager")] = max(best.get((k, "eager"), 0.0), t[k])
+        for b in (1, 32, 64):
+            key = f"control kernel share, batch {b} (%)"
+            best[(key, "ours")] = min(best.get((key, "ours"), 100.0), o[key])
+    print(f"SmolLM2-135M-Instruct (f32, from the Q4_1 GGUF), torch {torch.__version__}, "
+          f"{args.threads} threads, best of {args.rounds} rounds (tok/s)")
+    print()
+    print("| measure | ours | PyTorch eager | ours / eager |")
+    print("|---|---:|---:|---:|")
+    for k in ("decode batch 1", "decode batch 32", "decode batch 64", "train 8x256"):
+        o, e = best[(k, "ours")], best[(k, "eager")]
+        print(f"| {k} | {o:.1f} | {e:.1f} | {o / e:.2f}x |")
+    print()
+    print("control kernel share of our decode step (lowest of the rounds): " + ", ".join(
+        f"batch {b} {best[(f'control kernel share, batch {b} (%)', 'ours')]:.1f} %"
+        for b in (1, 32, 64)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions per round")
+    ap.add_argument("--real", action="store_true",
+                    help="SmolLM2-135M-Instruct instead of the tiny shapes (decode and training)")
     args = ap.parse_args()
     ensure_torch()
+    if args.real:
+        return main_real(args)
     import torch
     reps = 2 if args.quick else 4
     best = {}

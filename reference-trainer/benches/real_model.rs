@@ -1,0 +1,171 @@
+//! Speed on a real-sized model: a Hugging Face folder (or a GGUF file) loaded as the trainer
+//! loads `--init`, f32 on the CPU — SmolLM2-135M-Instruct in README (Llama, 134.5 M parameters,
+//! 30 layers, hidden 576, vocabulary 49152). Measured in one run:
+//!
+//! - decode tokens/s at batch 1 / 32 / 64 (prompt 64, one draw per row at T = 1) on the rollout's
+//!   path — the direct decode step with the weights packed once (`PackedQwen3`), the T²PO kernel
+//!   on (statistics, M_t, TTI decision, accept) — and the kernel's share of the step, timed as the
+//!   `rollout` bench times it (the step with the kernel minus a sampling-only pass over the same
+//!   rows);
+//! - a training step (forward + per-token log-probs + backward + AdamW, f32, the fused ops) at
+//!   8 × 256 tokens.
+//!
+//! `cargo bench -p reference-trainer --bench real_model -- --model DIR_OR_GGUF [--json] [--quick]`
+//! (`benches/speed_vs_torch.py --real` converts SmolLM2's GGUF once with `convert`, runs this on
+//! the folder and PyTorch eager on the same folder, and prints the ratios.)
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use candle_core::{DType, Device};
+use rand::SeedableRng;
+use rand_chacha::ChaCha12Rng;
+use reference_trainer::model::{checkpoint, Qwen3};
+use reference_trainer::rollout::{PackedQwen3, Policy, Sampler, SamplingParams};
+use reference_trainer::train::optimizer::{Accumulated, AdamW, AdamWConfig};
+use t2po_control::{Config, Sequence, ThinkStart};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Decodes `steps` tokens for `batch` rows after a 64-token prompt; returns (seconds of the
+/// decode steps, seconds of them spent in the control kernel).
+fn decode(policy: &PackedQwen3, batch: usize, steps: usize, sampler: &mut Sampler) -> (f64, f64) {
+    let vocab = policy.vocab_size();
+    let prompts: Vec<Vec<u32>> = (0..batch)
+        .map(|b| (0..64).map(|t| ((b * 131 + t * 17) % vocab) as u32).collect())
+        .collect();
+    let mut cfg = Config::paper();
+    cfg.think_open = 1;
+    cfg.think_close = 2;
+    cfg.queue_len = 1;
+    cfg.queue[0] = 2;
+    cfg.max_think = 1_000_000;
+    let mut seqs = vec![Sequence::new(&cfg).unwrap(); batch];
+    for s in &mut seqs {
+        s.reset();
+        s.begin_generation(ThinkStart::Inside);
+    }
+    let mut rngs: Vec<ChaCha12Rng> = (0..batch)
+        .map(|b| ChaCha12Rng::seed_from_u64(b as u64))
+        .collect();
+    let mut spare = rngs.clone();
+    let (mut draws, mut spare_draws) = (Vec::new(), Vec::new());
+    let mut logits = Vec::new();
+    // On the pool, as the rollout runs its decode loop.
+    rayon::scope(|_| {
+        let mut cache = policy.prefill(&prompts, steps, &mut logits).unwrap();
+        let mut tokens = vec![0u32; batch];
+        let (mut kernel_s, mut spare_s) = (0.0, 0.0);
+        let t0 = Instant::now();
+        for _ in 0..steps {
+            let tc = Instant::now();
+            sampler
+                .step(&mut seqs, &mut rngs, &logits, vocab, &mut draws)
+                .unwrap();
+            let with = tc.elapsed().as_secs_f64();
+            let ts = Instant::now();
+            sampler
+                .sample_only(&mut spare, &logits, vocab, &mut spare_draws)
+                .unwrap();
+            let sampling = ts.elapsed().as_secs_f64();
+            spare_s += sampling;
+            kernel_s += with - sampling;
+            for (t, d) in tokens.iter_mut().zip(&draws) {
+                *t = d.token;
+            }
+            policy.decode(&mut cache, &tokens, &mut logits).unwrap();
+        }
+        // The spare sampling pass is not part of a decode step.
+        (t0.elapsed().as_secs_f64() - spare_s, kernel_s)
+    })
+}
+
+fn train_step(model: &Qwen3, opt: &mut AdamW, seqs: &[Vec<u32>]) {
+    let start = vec![1usize; seqs.len()];
+    let out = model.token_log_probs(seqs, &start).unwrap();
+    let n = out.log_probs.dim(0).unwrap();
+    let loss = (out.log_probs.sum_all().unwrap().neg().unwrap() / n as f64).unwrap();
+    let mut acc = Accumulated::default();
+    acc.add(model.params(), &loss.backward().unwrap()).unwrap();
+    opt.step(model.params(), &acc).unwrap();
+}
+
+fn main() {
+    reference_trainer::tune_allocator();
+    let args: Vec<String> = std::env::args().collect();
+    let json = args.iter().any(|a| a == "--json");
+    let quick = args.iter().any(|a| a == "--quick");
+    let Some(path) = args
+        .iter()
+        .position(|a| a == "--model")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from)
+    else {
+        eprintln!("real_model: --model DIR_OR_GGUF is required (a Hugging Face folder or a GGUF file)");
+        std::process::exit(2);
+    };
+    let model = if reference_trainer::gguf::is_gguf(&path) {
+        reference_trainer::gguf::load(&path, DType::F32, &Device::Cpu)
+            .map(|(m, _)| m)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    } else {
+        checkpoint::load(&path, DType::F32, &Device::Cpu)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let vocab = model.config().vocab_size;
+    let reps = if quick { 1 } else { 3 };
+    let mut rows: Vec<(String, f64)> = Vec::new();
+
+    let steps = if quick { 8 } else { 32 };
+    let mut sampler = Sampler::new(SamplingParams::default()).unwrap();
+    {
+        let policy = PackedQwen3::new(&model).unwrap();
+        for batch in [1usize, 32, 64] {
+            let _ = decode(&policy, batch, 2, &mut sampler);
+            let mut best = (f64::INFINITY, 0.0);
+            for _ in 0..reps {
+                let r = decode(&policy, batch, steps, &mut sampler);
+                if r.0 < best.0 {
+                    best = r;
+                }
+            }
+            rows.push((
+                format!("decode batch {batch} (control on)"),
+                (batch * steps) as f64 / best.0,
+            ));
+            rows.push((
+                format!("control kernel share, batch {batch} (%)"),
+                100.0 * best.1 / best.0,
+            ));
+        }
+    }
+
+    let (b, l) = (8usize, 256usize);
+    let seqs: Vec<Vec<u32>> = (0..b)
+        .map(|r| (0..l).map(|t| ((r * 7919 + t * 104729) % vocab) as u32).collect())
+        .collect();
+    let mut opt = AdamW::new(AdamWConfig::default()).unwrap();
+    train_step(&model, &mut opt, &seqs);
+    let mut best = f64::INFINITY;
+    for _ in 0..reps {
+        let t = Instant::now();
+        train_step(&model, &mut opt, &seqs);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    rows.push((format!("train {b}x{l}"), (b * l) as f64 / best));
+    let peak = reference_trainer::peak_rss_bytes().unwrap_or(0) as f64 / (1u64 << 20) as f64;
+    rows.push(("peak RSS MiB".into(), peak));
+    if json {
+        let obj: serde_json::Map<String, serde_json::Value> = rows
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+            .collect();
+        println!("{}", serde_json::Value::Object(obj));
+    } else {
+        println!("| measure ({vocab}-entry vocabulary) | value |\n|---|---|");
+        for (k, v) in &rows {
+            println!("| {k} | {v:.1} |");
+        }
+    }
+}
