@@ -10,7 +10,8 @@
 //! - a training step (forward + per-token log-probs + backward + AdamW, f32, the fused ops) at
 //!   8 × 256 tokens.
 //!
-//! `cargo bench -p reference-trainer --bench real_model -- --model DIR_OR_GGUF [--json] [--quick]`
+//! `cargo bench -p reference-trainer --bench real_model -- --model DIR_OR_GGUF [--json] [--quick]
+//! [--only decode|train]`
 //! (`benches/speed_vs_torch.py --real` converts SmolLM2's GGUF once with `convert`, runs this on
 //! the folder and PyTorch eager on the same folder, and prints the ratios.)
 
@@ -33,7 +34,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn decode(policy: &PackedQwen3, batch: usize, steps: usize, sampler: &mut Sampler) -> (f64, f64) {
     let vocab = policy.vocab_size();
     let prompts: Vec<Vec<u32>> = (0..batch)
-        .map(|b| (0..64).map(|t| ((b * 131 + t * 17) % vocab) as u32).collect())
+        .map(|b| {
+            (0..64)
+                .map(|t| ((b * 131 + t * 17) % vocab) as u32)
+                .collect()
+        })
         .collect();
     let mut cfg = Config::paper();
     cfg.think_open = 1;
@@ -102,7 +107,9 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(PathBuf::from)
     else {
-        eprintln!("real_model: --model DIR_OR_GGUF is required (a Hugging Face folder or a GGUF file)");
+        eprintln!(
+            "real_model: --model DIR_OR_GGUF is required (a Hugging Face folder or a GGUF file)"
+        );
         std::process::exit(2);
     };
     let model = if reference_trainer::gguf::is_gguf(&path) {
@@ -117,9 +124,14 @@ fn main() {
     let reps = if quick { 1 } else { 3 };
     let mut rows: Vec<(String, f64)> = Vec::new();
 
+    // `--only decode` / `--only train` runs one part (for profiling).
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1).cloned());
     let steps = if quick { 8 } else { 32 };
     let mut sampler = Sampler::new(SamplingParams::default()).unwrap();
-    {
+    if only.as_deref() != Some("train") {
         let policy = PackedQwen3::new(&model).unwrap();
         for batch in [1usize, 32, 64] {
             let _ = decode(&policy, batch, 2, &mut sampler);
@@ -142,8 +154,16 @@ fn main() {
     }
 
     let (b, l) = (8usize, 256usize);
+    if only.as_deref() == Some("decode") {
+        rows.push(("peak RSS MiB".into(), 0.0));
+        return print_rows(&rows, vocab, json);
+    }
     let seqs: Vec<Vec<u32>> = (0..b)
-        .map(|r| (0..l).map(|t| ((r * 7919 + t * 104729) % vocab) as u32).collect())
+        .map(|r| {
+            (0..l)
+                .map(|t| ((r * 7919 + t * 104729) % vocab) as u32)
+                .collect()
+        })
         .collect();
     let mut opt = AdamW::new(AdamWConfig::default()).unwrap();
     train_step(&model, &mut opt, &seqs);
@@ -156,6 +176,10 @@ fn main() {
     rows.push((format!("train {b}x{l}"), (b * l) as f64 / best));
     let peak = reference_trainer::peak_rss_bytes().unwrap_or(0) as f64 / (1u64 << 20) as f64;
     rows.push(("peak RSS MiB".into(), peak));
+    print_rows(&rows, vocab, json);
+}
+
+fn print_rows(rows: &[(String, f64)], vocab: usize, json: bool) {
     if json {
         let obj: serde_json::Map<String, serde_json::Value> = rows
             .iter()
@@ -164,7 +188,7 @@ fn main() {
         println!("{}", serde_json::Value::Object(obj));
     } else {
         println!("| measure ({vocab}-entry vocabulary) | value |\n|---|---|");
-        for (k, v) in &rows {
+        for (k, v) in rows {
             println!("| {k} | {v:.1} |");
         }
     }

@@ -915,10 +915,22 @@ pub fn log_prob_entropy(
 // ---------------------------------------------------------------------------------------------
 // LM head + log-probability of the target + entropy, in row chunks
 
-/// Rows per LM-head chunk: a `[rows, V]` logits block of about 2 MB, reused in cache rather
-/// than a `[N, V]` tensor (64 MB at N = V = 4096) allocated, faulted in and freed per step.
+/// Rows per LM-head chunk. Up to a vocabulary of 8,192 a chunk is a `[rows, V]` logits block of
+/// about 2 MB (64–256 rows), reused in cache rather than a `[N, V]` tensor (64 MB at N = V =
+/// 4096) allocated, faulted in and freed per step. Above it a 2 MB chunk would be a few rows,
+/// and every chunk streams the whole head weight through the gemm's packing four times (the
+/// forward, the backward's recomputed logits, `dz·W`, `dzᵀ·h`) and adds a `[V, d]` partial
+/// gradient: at SmolLM2's 49,152 entries (10 rows) that was ~10 ms a row, three quarters of a
+/// training step. So larger vocabularies take 256 rows, at most 64 MB of logits per chunk
+/// (~1.6 ms a row there: `benches/real_model.rs`).
 fn head_rows(vocab: usize) -> usize {
-    ((1 << 19) / vocab.max(1)).clamp(1, 256)
+    let v = vocab.max(1);
+    let cached = (1 << 19) / v;
+    if cached >= 64 {
+        cached.min(256)
+    } else {
+        ((1 << 24) / v).clamp(cached.max(1), 256)
+    }
 }
 
 /// `logits = h·Wᵀ` of one chunk, as host data (candle's gemm does the product).
@@ -1631,6 +1643,19 @@ mod tests {
     }
 
     #[test]
+    fn lm_head_chunks_stay_cache_sized_for_small_vocabularies_and_amortise_the_weight_above() {
+        // The default vocabulary's chunking (and so its sums' order) is unchanged.
+        assert_eq!(head_rows(4096), 128);
+        assert_eq!(head_rows(300), 256);
+        assert_eq!(head_rows(8192), 64);
+        // Above 8,192 entries: 256 rows while a chunk stays within 64 MB of logits.
+        assert_eq!(head_rows(20000), 256);
+        assert_eq!(head_rows(49152), 256);
+        assert_eq!(head_rows(151936), 110);
+        assert_eq!(head_rows(1 << 26), 1);
+    }
+
+    #[test]
     fn lm_head_log_prob_entropy_matches_the_composed_ops() {
         let mut rng = ChaCha12Rng::seed_from_u64(6);
         // More rows than one chunk (head_rows(300) = 256) so chunk boundaries are crossed.
@@ -1640,6 +1665,8 @@ mod tests {
             (600, 16, 300, 0.8, usize::MAX),
             (5, 8, 97, 1.0, 0),
             (5, 8, 97, 1.0, usize::MAX),
+            // A vocabulary above the cache-sized chunks (head_rows(20000) = 256).
+            (300, 8, 20000, 1.0, 0),
         ] {
             let h = randn(&mut rng, &[n, d], 1.0);
             let w = randn(&mut rng, &[v, d], 0.5);
