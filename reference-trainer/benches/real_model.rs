@@ -22,7 +22,7 @@ use candle_core::{DType, Device};
 use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;
 use reference_trainer::model::{checkpoint, Qwen3};
-use reference_trainer::rollout::{PackedQwen3, Policy, Sampler, SamplingParams};
+use reference_trainer::rollout::{PackedQwen3, Policy, QwenCache, Sampler, SamplingParams};
 use reference_trainer::train::optimizer::{Accumulated, AdamW, AdamWConfig};
 use t2po_control::{Config, Sequence, ThinkStart};
 
@@ -31,7 +31,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Decodes `steps` tokens for `batch` rows after a 64-token prompt; returns (seconds of the
 /// decode steps, seconds of them spent in the control kernel).
-fn decode(policy: &PackedQwen3, batch: usize, steps: usize, sampler: &mut Sampler) -> (f64, f64) {
+/// `threads`: split the step over that many threads instead of the default.
+fn decode(
+    policy: &PackedQwen3,
+    batch: usize,
+    steps: usize,
+    threads: Option<usize>,
+    sampler: &mut Sampler,
+) -> (f64, f64) {
     let vocab = policy.vocab_size();
     let prompts: Vec<Vec<u32>> = (0..batch)
         .map(|b| {
@@ -60,6 +67,9 @@ fn decode(policy: &PackedQwen3, batch: usize, steps: usize, sampler: &mut Sample
     // On the pool, as the rollout runs its decode loop.
     rayon::scope(|_| {
         let mut cache = policy.prefill(&prompts, steps, &mut logits).unwrap();
+        if let (QwenCache::Direct(s), Some(t)) = (&mut cache, threads) {
+            s.set_threads(t);
+        }
         let mut tokens = vec![0u32; batch];
         let (mut kernel_s, mut spare_s) = (0.0, 0.0);
         let t0 = Instant::now();
@@ -134,14 +144,21 @@ fn main() {
     if only.as_deref() != Some("train") {
         let policy = PackedQwen3::new(&model).unwrap();
         for batch in [1usize, 32, 64] {
-            let _ = decode(&policy, batch, 2, &mut sampler);
+            let _ = decode(&policy, batch, 2, None, &mut sampler);
             let mut best = (f64::INFINITY, 0.0);
+            let mut one = f64::INFINITY;
             for _ in 0..reps {
-                let r = decode(&policy, batch, steps, &mut sampler);
+                let r = decode(&policy, batch, steps, None, &mut sampler);
                 if r.0 < best.0 {
                     best = r;
                 }
+                // The same step on one thread (at batch 1: without the column split).
+                one = one.min(decode(&policy, batch, steps, Some(1), &mut sampler).0);
             }
+            rows.push((
+                format!("decode batch {batch}, one thread"),
+                (batch * steps) as f64 / one,
+            ));
             rows.push((
                 format!("decode batch {batch} (control on)"),
                 (batch * steps) as f64 / best.0,

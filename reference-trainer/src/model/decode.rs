@@ -112,32 +112,35 @@ fn panel_row(panel: &[f32], kk: usize) -> &[f32; NR] {
         .expect("a panel row is NR wide")
 }
 
-/// Writes (or adds, with `add`) one tile row's sums to `y[c0..c0 + cn]`, plus the bias.
+/// Where a tile's sums go: output columns `c0..c0 + cn` of `W` land at `y[c0 − off ..]` in
+/// rows `ldy` apart (`off` > 0 when `y` holds only some of the columns: [`matmul_cols`]).
+#[derive(Clone, Copy)]
+struct Out<'a> {
+    ldy: usize,
+    off: usize,
+    c0: usize,
+    cn: usize,
+    bias: Option<&'a [f32]>,
+    add: bool,
+}
+
+/// Writes (or adds, with `add`) one tile row's sums to its columns of `y`, plus the bias.
 #[inline(always)]
-fn store(acc: &[f32; NR], y: &mut [f32], c0: usize, cn: usize, bias: Option<&[f32]>, add: bool) {
-    for (c, o) in y[c0..c0 + cn].iter_mut().enumerate() {
+fn store(acc: &[f32; NR], y: &mut [f32], o: Out<'_>) {
+    let yc = o.c0 - o.off;
+    for (c, out) in y[yc..yc + o.cn].iter_mut().enumerate() {
         let mut s = acc[c];
-        if let Some(b) = bias {
-            s += b[c0 + c];
+        if let Some(b) = o.bias {
+            s += b[o.c0 + c];
         }
-        *o = if add { *o + s } else { s };
+        *out = if o.add { *out + s } else { s };
     }
 }
 
 /// Rows `x0..x3` (each `k` long) times one panel: 4 × [`NR`] sums held in registers over `k`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn tile4<const FMA: bool>(
-    x: &[f32],
-    k: usize,
-    panel: &[f32],
-    y: &mut [f32],
-    n: usize,
-    c0: usize,
-    cn: usize,
-    bias: Option<&[f32]>,
-    add: bool,
-) {
+fn tile4<const FMA: bool>(x: &[f32], k: usize, panel: &[f32], y: &mut [f32], o: Out<'_>) {
     let (x0, rest) = x.split_at(k);
     let (x1, rest) = rest.split_at(k);
     let (x2, rest) = rest.split_at(k);
@@ -151,23 +154,13 @@ fn tile4<const FMA: bool>(
         axpy::<FMA>(&mut a3, x3[kk], w);
     }
     for (r, a) in [a0, a1, a2, a3].iter().enumerate() {
-        store(a, &mut y[r * n..(r + 1) * n], c0, cn, bias, add);
+        store(a, &mut y[r * o.ldy..], o);
     }
 }
 
 /// One row times one panel, the sum over `k` split four ways (independent FMA chains).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn tile1<const FMA: bool>(
-    x: &[f32],
-    k: usize,
-    panel: &[f32],
-    y: &mut [f32],
-    c0: usize,
-    cn: usize,
-    bias: Option<&[f32]>,
-    add: bool,
-) {
+fn tile1<const FMA: bool>(x: &[f32], k: usize, panel: &[f32], y: &mut [f32], o: Out<'_>) {
     let x = &x[..k];
     let (mut a0, mut a1, mut a2, mut a3) = ([0f32; NR], [0f32; NR], [0f32; NR], [0f32; NR]);
     let quads = x.chunks_exact(4);
@@ -191,25 +184,42 @@ fn tile1<const FMA: bool>(
     for c in 0..NR {
         sum[c] = (a0[c] + a1[c]) + (a2[c] + a3[c]);
     }
-    store(&sum, y, c0, cn, bias, add);
+    store(&sum, y, o);
 }
 
+/// Panels `panels` of `w` (output columns `panels.start·NR ..`) for the rows of `x`, into `y`
+/// with rows `ldy` apart and column `panels.start·NR` at `y[0]`.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn matmul_impl(x: &[f32], w: &Packed, y: &mut [f32], add: bool) {
+fn matmul_impl(
+    x: &[f32],
+    w: &Packed,
+    panels: std::ops::Range<usize>,
+    y: &mut [f32],
+    ldy: usize,
+    add: bool,
+) {
     const FMA: bool = multiversion::target::target_cfg_f!(target_feature = "fma");
     let (n, k) = (w.n, w.k);
     let m = x.len() / k.max(1);
-    let bias = w.bias.as_deref();
-    for (p, panel) in w.data.chunks_exact(k * NR).enumerate() {
+    let off = panels.start * NR;
+    let chunks = w.data.chunks_exact(k * NR).enumerate();
+    for (p, panel) in chunks.skip(panels.start).take(panels.len()) {
         let c0 = p * NR;
-        let cn = NR.min(n - c0);
+        let o = Out {
+            ldy,
+            off,
+            c0,
+            cn: NR.min(n - c0),
+            bias: w.bias.as_deref(),
+            add,
+        };
         let mut r = 0;
         while r + MR <= m {
-            tile4::<FMA>(&x[r * k..], k, panel, &mut y[r * n..], n, c0, cn, bias, add);
+            tile4::<FMA>(&x[r * k..], k, panel, &mut y[r * ldy..], o);
             r += MR;
         }
         while r < m {
-            tile1::<FMA>(&x[r * k..], k, panel, &mut y[r * n..], c0, cn, bias, add);
+            tile1::<FMA>(&x[r * k..], k, panel, &mut y[r * ldy..], o);
             r += 1;
         }
     }
@@ -227,7 +237,48 @@ pub fn matmul(x: &[f32], w: &Packed, y: &mut [f32], add: bool) {
         w.k,
         w.n
     );
-    matmul_impl(x, w, y, add);
+    matmul_impl(x, w, 0..w.n.div_ceil(NR), y, w.n, add);
+}
+
+/// Weights of at least this many entries (1 MiB of f32) are split by columns over two threads
+/// when a step's rows stay on one thread: a real model's small-batch step streams every weight
+/// from memory, and one core's loads do not fill the memory bus (SmolLM2-135M at batch 1:
+/// `benches/real_model.rs`, README "Training and decode speed"). Of the default model only
+/// the head (4096 × 128) is that large; its layers' weights (≤ 64 K entries) are not worth a
+/// thread hand-off.
+const SPLIT_COLS_MIN_ENTRIES: usize = 1 << 18;
+
+/// [`matmul`] with the panels split in two over `threads` ≥ 2 when `w` has at least
+/// [`SPLIT_COLS_MIN_ENTRIES`] entries and `spill` holds the right half's `[m, n − n₁]`: that half
+/// is computed into `spill` (without `add`), then written or added to `y` — the same sums
+/// (`y + (acc + bias)`) as [`matmul`] computes, bit for bit.
+fn matmul_cols(x: &[f32], w: &Packed, y: &mut [f32], add: bool, threads: usize, spill: &mut [f32]) {
+    let panels = w.n.div_ceil(NR);
+    let m = x.len() / w.k.max(1);
+    let left = panels / 2;
+    let (n1, n) = (left * NR, w.n);
+    if threads < 2 || w.n * w.k < SPLIT_COLS_MIN_ENTRIES || left == 0 || spill.len() < m * (n - n1)
+    {
+        return matmul(x, w, y, add);
+    }
+    assert!(
+        x.len() == m * w.k && y.len() == m * n,
+        "matmul_cols: x {} / y {} entries for k {} n {}",
+        x.len(),
+        y.len(),
+        w.k,
+        n
+    );
+    let spill = &mut spill[..m * (n - n1)];
+    rayon::join(
+        || matmul_impl(x, w, 0..left, y, n, add),
+        || matmul_impl(x, w, left..panels, spill, n - n1, false),
+    );
+    for (yr, sr) in y.chunks_exact_mut(n).zip(spill.chunks_exact(n - n1)) {
+        for (o, &s) in yr[n1..].iter_mut().zip(sr) {
+            *o = if add { *o + s } else { s };
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -404,12 +455,16 @@ struct Scratch {
     cs: Vec<f32>,
     scores: Vec<f32>,
     probs: Vec<f32>,
+    /// The right half of a column-split matmul ([`matmul_cols`]): rows that stay on one
+    /// thread (fewer than `2 · MIN_ROWS_PER_THREAD`) × the widest output (the vocabulary).
+    spill: Vec<f32>,
 }
 
 impl Scratch {
-    fn new(b: usize, w: Widths) -> Self {
+    fn new(b: usize, w: Widths, widest: usize) -> Self {
         let z = |n: usize| resident(b * n);
         Self {
+            spill: resident(b.min(2 * MIN_ROWS_PER_THREAD - 1) * widest),
             x: z(w.d),
             hn: z(w.d),
             q: z(w.q),
@@ -427,8 +482,8 @@ impl Scratch {
         }
     }
 
-    fn rows(&mut self, b: usize, w: Widths) -> Rows<'_> {
-        Rows {
+    fn rows(&mut self, b: usize, w: Widths) -> (Rows<'_>, &mut [f32]) {
+        let rows = Rows {
             x: &mut self.x[..b * w.d],
             hn: &mut self.hn[..b * w.d],
             q: &mut self.q[..b * w.q],
@@ -443,7 +498,8 @@ impl Scratch {
             cs: &mut self.cs[..b * w.hd],
             scores: &mut self.scores[..b * 2 * w.cap],
             probs: &mut self.probs[..b * 2 * w.cap],
-        }
+        };
+        (rows, &mut self.spill)
     }
 }
 
@@ -661,7 +717,9 @@ fn attend_row(
     }
 }
 
-/// The step for a contiguous range of rows: their tokens, padding, cache rows and logits rows.
+/// The step for a contiguous range of rows: their tokens, padding, cache rows and logits rows;
+/// its matmuls split by columns over `threads` where [`matmul_cols`] does (with `spill`).
+#[allow(clippy::too_many_arguments)]
 fn step_rows(
     inp: &StepInput<'_>,
     s: Rows<'_>,
@@ -669,7 +727,12 @@ fn step_rows(
     pad: &[usize],
     kv: &mut [f32],
     logits: &mut [f32],
+    threads: usize,
+    spill: &mut [f32],
 ) {
+    let matmul = |x: &[f32], w: &Packed, y: &mut [f32], add: bool, spill: &mut [f32]| {
+        matmul_cols(x, w, y, add, threads, spill)
+    };
     let dec = inp.dec;
     let w = inp.w;
     let (d, hd) = (dec.d, dec.head_dim);
@@ -691,19 +754,19 @@ fn step_rows(
         // to `q`, RoPE back to `qt`; without, the projection goes to `q` directly.
         match &l.q_norm {
             Some(w) => {
-                matmul(s.hn, &l.q, s.qt, false);
+                matmul(s.hn, &l.q, s.qt, false, spill);
                 rms_norm_rows(s.qt, w, dec.eps, s.q);
             }
-            None => matmul(s.hn, &l.q, s.q, false),
+            None => matmul(s.hn, &l.q, s.q, false, spill),
         }
         match &l.k_norm {
             Some(w) => {
-                matmul(s.hn, &l.k, s.kt, false);
+                matmul(s.hn, &l.k, s.kt, false, spill);
                 rms_norm_rows(s.kt, w, dec.eps, s.k);
             }
-            None => matmul(s.hn, &l.k, s.k, false),
+            None => matmul(s.hn, &l.k, s.k, false, spill),
         }
-        matmul(s.hn, &l.v, s.v, false);
+        matmul(s.hn, &l.v, s.v, false, spill);
         rope_rows(s.q, s.cs, hd, h, 0, false, s.qt);
         rope_rows(s.k, s.cs, hd, kvh, 0, false, s.kt);
         for (r, row) in kv.chunks_exact_mut(row_cache).enumerate() {
@@ -733,18 +796,19 @@ fn step_rows(
                 &mut s.ctx[r * h * hd..(r + 1) * h * hd],
             );
         }
-        matmul(s.ctx, &l.o, s.x, true);
+        matmul(s.ctx, &l.o, s.x, true, spill);
         rms_norm_rows(s.x, &l.post_attention_layernorm, dec.eps, s.hn);
-        matmul(s.hn, &l.gate, s.gate, false);
-        matmul(s.hn, &l.up, s.up, false);
+        matmul(s.hn, &l.gate, s.gate, false, spill);
+        matmul(s.hn, &l.up, s.up, false, spill);
         swiglu_fwd(s.gate, s.up, s.act);
-        matmul(s.act, &l.down, s.x, true);
+        matmul(s.act, &l.down, s.x, true, spill);
     }
     rms_norm_rows(s.x, &dec.norm, dec.eps, s.hn);
-    matmul(s.hn, &dec.lm_head, logits, false);
+    matmul(s.hn, &dec.lm_head, logits, false, spill);
 }
 
-/// Splits the rows over `threads` (halving, one `rayon::join` per split) and runs them.
+/// Splits the rows over `threads` (halving, one `rayon::join` per split) and runs them; rows
+/// too few to split keep the threads for their matmuls' columns ([`matmul_cols`], with `spill`).
 #[allow(clippy::too_many_arguments)]
 fn run(
     inp: &StepInput<'_>,
@@ -754,10 +818,11 @@ fn run(
     pad: &[usize],
     kv: &mut [f32],
     logits: &mut [f32],
+    spill: &mut [f32],
 ) {
     let b = tokens.len();
     if threads <= 1 || b < 2 * MIN_ROWS_PER_THREAD {
-        return step_rows(inp, s, tokens, pad, kv, logits);
+        return step_rows(inp, s, tokens, pad, kv, logits, threads, spill);
     }
     // Split on a tile boundary so both halves run whole register tiles.
     let mid = (b / 2).div_ceil(MR) * MR;
@@ -768,8 +833,8 @@ fn run(
     let (p1, p2) = pad.split_at(mid);
     let left = threads / 2;
     rayon::join(
-        || run(inp, left, s1, t1, p1, kv1, l1),
-        || run(inp, threads - left, s2, t2, p2, kv2, l2),
+        || run(inp, left, s1, t1, p1, kv1, l1, &mut []),
+        || run(inp, threads - left, s2, t2, p2, kv2, l2, &mut []),
     );
 }
 
@@ -857,7 +922,14 @@ impl DecodeState {
             cap,
         };
         Ok(Self {
-            scratch: Scratch::new(b, w),
+            scratch: Scratch::new(
+                b,
+                w,
+                [w.d, w.q, w.kv, w.mlp, dec.vocab]
+                    .into_iter()
+                    .max()
+                    .unwrap_or(0),
+            ),
             dec,
             kv,
             pad: cache.pad().to_vec(),
@@ -943,9 +1015,18 @@ impl DecodeState {
             pad: &self.pad[..b],
             past: self.len,
         };
-        let rows = self.scratch.rows(b, w);
+        let (rows, spill) = self.scratch.rows(b, w);
         let kv = &mut self.kv[..b * self.dec.row_cache(self.capacity)];
-        run(&inp, self.threads, rows, inp.tokens, inp.pad, kv, logits);
+        run(
+            &inp,
+            self.threads,
+            rows,
+            inp.tokens,
+            inp.pad,
+            kv,
+            logits,
+            spill,
+        );
         self.len += 1;
         Ok(())
     }
@@ -993,6 +1074,48 @@ impl DecodeState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The column split gives `matmul`'s outputs bit for bit (same sums in the same order) for
+    /// 1–15 rows, with and without bias and accumulation, split or not (too small, one
+    /// thread, no spill room); both halves run on rayon's pool.
+    #[test]
+    fn matmul_cols_equals_matmul_bit_for_bit() {
+        let mut seed = 7u64;
+        let mut rnd = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        // n·k ≥ SPLIT_COLS_MIN_ENTRIES (split: an odd panel count and a partial last panel),
+        // and one below it (not split).
+        for (n, k) in [(2 * 1024 + 40, 130), (100, 60)] {
+            let w: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
+            let b: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            for m in [1usize, 3, 4, 5, 15] {
+                let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+                let y0: Vec<f32> = (0..m * n).map(|_| rnd()).collect();
+                for (bias, add) in [(false, false), (true, false), (true, true)] {
+                    let p = Packed::new(&w, n, k, bias.then(|| b.clone())).unwrap();
+                    let mut want = y0.clone();
+                    matmul(&x, &p, &mut want, add);
+                    for (threads, room) in [(2, m * n), (1, m * n), (2, 0)] {
+                        let mut spill = vec![0f32; room];
+                        let mut got = y0.clone();
+                        matmul_cols(&x, &p, &mut got, add, threads, &mut spill);
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "n {n} k {k} m {m} bias {bias} add {add} threads {threads}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     /// `matmul` against an f64 reference on shapes that exercise every tile (4-row and 1-row
     /// tiles, a partial panel, `k` not a multiple of 4), with bias and accumulation.
