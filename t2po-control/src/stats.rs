@@ -58,9 +58,11 @@ const BLOCK: usize = 64;
 /// streamed from L3 ran ~10 % faster with a touch than without, and a touch one chunk beyond
 /// the scan ~2 % faster than two (three or four: no better; one load per 128 or 256 bytes, or
 /// all of a chunk's lines at once: slower). The hardware prefetchers alone left the arithmetic
-/// waiting on memory. A `PREFETCHT0` in the touch's place measured another 3–7 %, but
-/// `_mm_prefetch` needs `unsafe` on the declared minimum Rust (1.89), which this crate keeps
-/// for FFI only. (Measured with chunks of 1024; with 2048, one chunk ahead and two were alike.)
+/// waiting on memory. A `PREFETCHT0` in the touch's place measured another 3–7 % (a load that
+/// misses holds up retirement, a prefetch does not): it is what toolchains whose
+/// `_mm_prefetch` is a safe function build (`cfg(t2po_safe_prefetch)`, probed by `build.rs`);
+/// on the declared minimum Rust (1.89) the intrinsic is `unsafe`, which this crate keeps for
+/// FFI only, so that build keeps the touch. (Measured with chunks of 1024; with 2048, one chunk ahead and two were alike.)
 const TOUCH_AHEAD: usize = 1;
 
 mod sealed {
@@ -856,6 +858,17 @@ mod x512 {
     use super::{Logit, Scan, TopJ, BLOCK, CHUNK};
     use core::arch::x86_64::*;
 
+    /// `PREFETCHT0` of every cache line of `block` (a hint: no fault, no read into the program).
+    #[cfg(t2po_safe_prefetch)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn prefetch<T>(block: &[T]) {
+        let per_line = (64 / core::mem::size_of::<T>()).max(1);
+        for line in block.chunks(per_line) {
+            _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast::<i8>());
+        }
+    }
+
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn load(x: &[f32]) -> __m512 {
@@ -965,6 +978,7 @@ mod x512 {
         far: &[T],
         top: &mut TopJ,
     ) -> ((f32, f32, f32), f32) {
+        #[cfg(not(t2po_safe_prefetch))]
         let mut touch = 0u32;
         let tab = table();
         let mv = _mm512_set1_ps(m);
@@ -978,14 +992,20 @@ mod x512 {
         let mut sc = Scan::new(top);
         let mut next_blocks = next.chunks_exact(BLOCK);
         for (i, b) in cur.chunks_exact(BLOCK).enumerate() {
-            // One load per cache line of the block `TOUCH_AHEAD` chunks further on (64 B lines:
-            // 16 f32 or 32 half entries), so its misses overlap this block's arithmetic.
+            // The block `TOUCH_AHEAD` chunks further on is brought in while this one's
+            // arithmetic runs: a prefetch per cache line where the toolchain's `_mm_prefetch`
+            // is safe, else one load per cache line (64 B lines: 16 f32 or 32 half entries).
             if far.len() == CHUNK {
                 let at = i * BLOCK;
-                touch |= far[at].bits()
-                    | far[at + 16].bits()
-                    | far[at + 32].bits()
-                    | far[at + 48].bits();
+                #[cfg(t2po_safe_prefetch)]
+                prefetch(&far[at..at + BLOCK]);
+                #[cfg(not(t2po_safe_prefetch))]
+                {
+                    touch |= far[at].bits()
+                        | far[at + 16].bits()
+                        | far[at + 32].bits()
+                        | far[at + 48].bits();
+                }
             }
             lane::<HAS_MAX, MASK>(load(&b[..16]), mv, tab, &mut e0, &mut t0, &mut n0);
             lane::<HAS_MAX, MASK>(load(&b[16..32]), mv, tab, &mut e1, &mut t1, &mut n1);
@@ -996,6 +1016,7 @@ mod x512 {
             }
         }
         let cmax = sc.finish(next, top);
+        #[cfg(not(t2po_safe_prefetch))]
         core::hint::black_box(touch);
         let count = _mm512_reduce_add_epi32(_mm512_add_epi32(n0, n1)) as f32;
         let es = _mm512_reduce_add_ps(_mm512_add_ps(e0, e1));

@@ -1,0 +1,23 @@
+//! Probes whether this toolchain's `core::arch::x86_64::_mm_prefetch` is a safe function (it is
+//! from stdarch's change that made the x86 prefetch intrinsics safe; on the declared minimum Rust,
+//! 1.89, it is `unsafe`). Where it is safe, `cfg(t2po_safe_prefetch)` turns on the statistics
+//! kernel's `PREFETCHT0` look-ahead; elsewhere the kernel keeps its demand-load touch, and the
+//! crate's only `unsafe` stays in its FFI.
+
+fn main() {
+    println!("cargo::rustc-check-cfg=cfg(t2po_safe_prefetch)");
+    println!("cargo::rerun-if-changed=build.rs");
+    // Fails to compile where the call needs `unsafe` (error E0133) and on targets without
+    // `core::arch::x86_64`, so the cfg is set only where the safe call exists.
+    let probe = r#"
+        #[target_feature(enable = "sse")]
+        pub fn probe(line: &[f32]) {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast::<i8>(),
+            )
+        }
+    "#;
+    if autocfg::new().probe_raw(probe).is_ok() {
+        println!("cargo::rustc-cfg=t2po_safe_prefetch");
+    }
+}
