@@ -139,7 +139,6 @@ fn store(acc: &[f32; NR], y: &mut [f32], o: Out<'_>) {
 
 /// Rows `x0..x3` (each `k` long) times one panel: 4 × [`NR`] sums held in registers over `k`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn tile4<const FMA: bool>(x: &[f32], k: usize, panel: &[f32], y: &mut [f32], o: Out<'_>) {
     let (x0, rest) = x.split_at(k);
     let (x1, rest) = rest.split_at(k);
