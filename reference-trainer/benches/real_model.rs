@@ -19,19 +19,24 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use candle_core::{DType, Device};
-use rand::SeedableRng;
-use rand_chacha::ChaCha12Rng;
-use reference_trainer::model::{checkpoint, Qwen3};
-use reference_trainer::rollout::{PackedQwen3, Policy, QwenCache, Sampler, SamplingParams};
-use reference_trainer::train::optimizer::{Accumulated, AdamW, AdamWConfig};
-use t2po_control::{Config, Sequence, ThinkStart};
+use reference_trainer::model::checkpoint;
+use reference_trainer::rollout::{PackedQwen3, QwenCache, Sampler, SamplingParams};
+use reference_trainer::train::optimizer::{AdamW, AdamWConfig};
+
+#[path = "common/decode.rs"]
+mod decode_loop;
+#[path = "common/train.rs"]
+mod train_loop;
+use decode_loop::decode_steps;
+use train_loop::train_step;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Decodes `steps` tokens for `batch` rows after a 64-token prompt; returns (seconds of the
-/// decode steps, seconds of them spent in the control kernel).
-/// `threads`: split the step over that many threads instead of the default.
+/// Decodes `steps` tokens for `batch` rows after a 64-token prompt, the kernel on, on the pool
+/// as the rollout runs its decode loop; returns (seconds of the decode steps, seconds of them
+/// spent in the control kernel). `threads`: split the step over that many threads instead of
+/// the default.
 fn decode(
     policy: &PackedQwen3,
     batch: usize,
@@ -39,71 +44,12 @@ fn decode(
     threads: Option<usize>,
     sampler: &mut Sampler,
 ) -> (f64, f64) {
-    let vocab = policy.vocab_size();
-    let prompts: Vec<Vec<u32>> = (0..batch)
-        .map(|b| {
-            (0..64)
-                .map(|t| ((b * 131 + t * 17) % vocab) as u32)
-                .collect()
-        })
-        .collect();
-    let mut cfg = Config::paper();
-    cfg.think_open = 1;
-    cfg.think_close = 2;
-    cfg.queue_len = 1;
-    cfg.queue[0] = 2;
-    cfg.max_think = 1_000_000;
-    let mut seqs = vec![Sequence::new(&cfg).unwrap(); batch];
-    for s in &mut seqs {
-        s.reset();
-        s.begin_generation(ThinkStart::Inside);
-    }
-    let mut rngs: Vec<ChaCha12Rng> = (0..batch)
-        .map(|b| ChaCha12Rng::seed_from_u64(b as u64))
-        .collect();
-    let mut spare = rngs.clone();
-    let (mut draws, mut spare_draws) = (Vec::new(), Vec::new());
-    let mut logits = Vec::new();
-    // On the pool, as the rollout runs its decode loop.
-    rayon::scope(|_| {
-        let mut cache = policy.prefill(&prompts, steps, &mut logits).unwrap();
-        if let (QwenCache::Direct(s), Some(t)) = (&mut cache, threads) {
+    let set = |c: &mut QwenCache| {
+        if let (QwenCache::Direct(s), Some(t)) = (c, threads) {
             s.set_threads(t);
         }
-        let mut tokens = vec![0u32; batch];
-        let (mut kernel_s, mut spare_s) = (0.0, 0.0);
-        let t0 = Instant::now();
-        for _ in 0..steps {
-            let tc = Instant::now();
-            sampler
-                .step(&mut seqs, &mut rngs, &logits, vocab, &mut draws)
-                .unwrap();
-            let with = tc.elapsed().as_secs_f64();
-            let ts = Instant::now();
-            sampler
-                .sample_only(&mut spare, &logits, vocab, &mut spare_draws)
-                .unwrap();
-            let sampling = ts.elapsed().as_secs_f64();
-            spare_s += sampling;
-            kernel_s += with - sampling;
-            for (t, d) in tokens.iter_mut().zip(&draws) {
-                *t = d.token;
-            }
-            policy.decode(&mut cache, &tokens, &mut logits).unwrap();
-        }
-        // The spare sampling pass is not part of a decode step.
-        (t0.elapsed().as_secs_f64() - spare_s, kernel_s)
-    })
-}
-
-fn train_step(model: &Qwen3, opt: &mut AdamW, seqs: &[Vec<u32>]) {
-    let start = vec![1usize; seqs.len()];
-    let out = model.token_log_probs(seqs, &start).unwrap();
-    let n = out.log_probs.dim(0).unwrap();
-    let loss = (out.log_probs.sum_all().unwrap().neg().unwrap() / n as f64).unwrap();
-    let mut acc = Accumulated::default();
-    acc.add(model.params(), &loss.backward().unwrap()).unwrap();
-    opt.step(model.params(), &acc).unwrap();
+    };
+    rayon::scope(|_| decode_steps(policy, set, batch, 64, steps, true, sampler))
 }
 
 fn main() {

@@ -10,21 +10,14 @@ use std::time::Instant;
 
 use candle_core::{DType, Device};
 use reference_trainer::model::{Qwen3, Qwen3Config};
-use reference_trainer::train::optimizer::{Accumulated, AdamW, AdamWConfig};
+use reference_trainer::train::optimizer::{AdamW, AdamWConfig};
+
+#[path = "common/train.rs"]
+mod train_loop;
+use train_loop::train_step;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-fn step(model: &Qwen3, opt: &mut AdamW, seqs: &[Vec<u32>]) -> f64 {
-    let start = vec![1usize; seqs.len()];
-    let out = model.token_log_probs(seqs, &start).unwrap();
-    let n = out.log_probs.dim(0).unwrap();
-    let loss = (out.log_probs.sum_all().unwrap().neg().unwrap() / n as f64).unwrap();
-    let mut acc = Accumulated::default();
-    acc.add(model.params(), &loss.backward().unwrap()).unwrap();
-    opt.step(model.params(), &acc).unwrap();
-    loss.to_scalar::<f32>().unwrap() as f64
-}
 
 fn main() {
     reference_trainer::tune_allocator();
@@ -70,13 +63,13 @@ fn main() {
             let mut model = Qwen3::random(cfg.clone(), 1, DType::F32, &Device::Cpu).unwrap();
             model.set_fused(fused).unwrap();
             let mut opt = AdamW::new(AdamWConfig::default()).unwrap();
-            step(&model, &mut opt, &seqs);
+            train_step(&model, &mut opt, &seqs);
             arms.push((model, opt, f64::INFINITY));
         }
         for _ in 0..reps {
             for (model, opt, best) in &mut arms {
                 let t = Instant::now();
-                step(model, opt, &seqs);
+                train_step(model, opt, &seqs);
                 *best = best.min(t.elapsed().as_secs_f64());
             }
         }
