@@ -599,6 +599,9 @@ fn run() -> Result<()> {
             json,
         } => {
             let is_gguf = reference_trainer::gguf::is_gguf(&ckpt);
+            if !ckpt.exists() {
+                anyhow::bail!("--checkpoint {}: no such file or folder", ckpt.display());
+            }
             if !is_gguf && !ckpt.join(checkpoint::CONFIG).is_file() {
                 anyhow::bail!(
                     "--checkpoint {}: neither a checkpoint folder (no {} in it) nor a GGUF file; \

@@ -84,6 +84,39 @@ fn generate_runs_and_bad_input_is_named() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// `eval --checkpoint` names what is wrong with the path before any work: missing, or a folder
+/// that is not a checkpoint (and says where a run keeps its checkpoints).
+#[test]
+fn eval_names_a_bad_checkpoint_path() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let missing = out.path().join("no-such-checkpoint");
+    let res = cli(cache.path())
+        .args(["eval", "--checkpoint"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert_eq!(res.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no-such-checkpoint") && err.contains("no such file or folder"),
+        "{err}"
+    );
+
+    let res = cli(cache.path())
+        .args(["eval", "--checkpoint"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert_eq!(res.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("neither a checkpoint folder") && err.contains("RUN/checkpoints"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 /// `ablate --arms` names an arm it does not know, and lists the ones it does, before any work.
 #[test]
 fn ablate_refuses_an_unknown_arm_by_name() {
