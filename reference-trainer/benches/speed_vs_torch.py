@@ -37,6 +37,16 @@ SHAPES = [("1M", 128, 2, 512, 16, 256), ("1M", 128, 2, 512, 8, 1024), ("5M", 256
 V, EPS, THETA = 4096, 1e-6, 1e6
 
 
+def best_seconds(fn, reps):
+    """The fastest of `reps` timed calls of `fn` (after the caller's warm-up)."""
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
 def ensure_torch():
     try:
         import torch  # noqa: F401
@@ -138,12 +148,7 @@ def torch_train(shape, threads, compiled, reps):
 
     for _ in range(2):  # warm-up (and compilation)
         step()
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - t)
-    return b * l / best
+    return b * l / best_seconds(step, reps)
 
 
 def torch_decode(batch, prompt, steps, threads):
@@ -241,12 +246,7 @@ def torch_real(folder, threads, reps, steps):
         opt.step()
 
     step()
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - t)
-    out["train 8x256"] = 8 * 256 / best
+    out["train 8x256"] = 8 * 256 / best_seconds(step, reps)
     return out
 
 
