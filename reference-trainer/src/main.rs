@@ -382,6 +382,10 @@ enum Command {
         /// Write the episode records here as JSON lines.
         #[arg(long)]
         jsonl: Option<PathBuf>,
+        /// Print each turn's whole response text too (thought, forced tokens and action, special
+        /// tokens included): what the policy thought before the action it took.
+        #[arg(long)]
+        text: bool,
         /// Where the model runs (`cuda` needs a build with `--features cuda`).
         #[arg(long, value_enum, default_value = "cpu")]
         device: DeviceArg,
@@ -733,6 +737,7 @@ fn run() -> Result<()> {
             max_turns,
             temperature,
             jsonl,
+            text,
             device,
         } => {
             let device = match device {
@@ -839,7 +844,14 @@ fn run() -> Result<()> {
             let out = std::io::stdout();
             let mut out = out.lock();
             for rec in &records {
-                print_episode(&mut out, rec).ok();
+                // A closed stdout (`| head`) ends the listing quietly, as before; a response
+                // the tokenizer cannot decode is an error.
+                if let Err(e) = print_episode(&mut out, rec, text.then_some(&tokenizer)) {
+                    if e.downcast_ref::<std::io::Error>().is_some() {
+                        break;
+                    }
+                    return Err(e);
+                }
             }
             writeln!(
                 out,
@@ -876,10 +888,12 @@ fn control_tags_added(model: Qwen3, tok: Tokenizer) -> Result<(Qwen3, Tokenizer)
     Ok((model, tok))
 }
 
+/// One episode as `generate` prints it; with `tokenizer`, each turn's response text as well.
 fn print_episode(
     out: &mut impl Write,
     rec: &reference_trainer::rollout::EpisodeRecord,
-) -> std::io::Result<()> {
+    tokenizer: Option<&Tokenizer>,
+) -> Result<()> {
     writeln!(
         out,
         "=== episode {} ({} task {}): {}",
@@ -916,6 +930,9 @@ fn print_episode(
             t.gamma,
             if g.truncated { ", cut at the cap" } else { "" },
         )?;
+        if let Some(tok) = tokenizer {
+            writeln!(out, "         text {:?}", tok.decode(&g.response_ids)?)?;
+        }
         writeln!(
             out,
             "         action {:?} ({}), reward {}{}",
@@ -937,5 +954,6 @@ fn print_episode(
         rec.total_reward,
         rec.num_turns(),
         rec.resamples
-    )
+    )?;
+    Ok(())
 }

@@ -25,7 +25,7 @@ fn generate_runs_and_bad_input_is_named() {
             "--max-turns",
             "1",
         ])
-        .args(["--max-response", "8", "--jsonl"])
+        .args(["--max-response", "8", "--text", "--jsonl"])
         .arg(&jsonl)
         .output()
         .unwrap();
@@ -37,6 +37,16 @@ fn generate_runs_and_bad_input_is_named() {
     );
     assert!(
         stdout.contains("=== episode 0 (alfworld") && stdout.contains("TDS tries"),
+        "{stdout}"
+    );
+    // --text: one line per turn with its whole response, quoted.
+    let texts: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("text \""))
+        .collect();
+    assert_eq!(texts.len(), 2, "{stdout}");
+    assert!(
+        texts.iter().all(|t| t.len() > 1 && t.ends_with('"')),
         "{stdout}"
     );
     let text = std::fs::read_to_string(&jsonl).unwrap();
