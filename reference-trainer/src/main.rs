@@ -552,9 +552,8 @@ fn run() -> Result<()> {
                 &RunOptions {
                     out,
                     resume,
-                    explicit_config: run.config.is_some()
-                        || run.seed.is_some()
-                        || iterations.is_some(),
+                    explicit_config: run.config.is_some() || run.seed.is_some(),
+                    iterations_given: iterations.is_some(),
                     init,
                     device: device_of(run.device)?,
                     cold_start: !no_cold_start,
@@ -575,6 +574,7 @@ fn run() -> Result<()> {
                     out: out.clone(),
                     resume: false,
                     explicit_config: true,
+                    iterations_given: false,
                     init,
                     device: device_of(run.device)?,
                     cold_start: true,

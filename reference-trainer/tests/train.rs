@@ -454,8 +454,8 @@ fn dynamic_sampling_draws_batches_and_trains_on_the_informative_groups() {
 
 /// `control.calibrate`: the warm-ups run after the cold start and before the evaluation, the
 /// chosen ε and η are what the run then uses (its metrics line, the checkpoint's saved config),
-/// and a resume with the user's own config (no `calibrated` in it) continues without
-/// calibrating again.
+/// and a resume with the user's own config (no `calibrated` in it), or with `--iterations`
+/// alone, continues without calibrating again.
 #[test]
 fn calibrate_sets_the_thresholds_once_and_the_run_keeps_them() {
     use reference_trainer::train::TrainConfig;
@@ -523,6 +523,16 @@ fn calibrate_sets_the_thresholds_once_and_the_run_keeps_them() {
     let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
     assert_eq!(lines.iter().filter(|l| l.stage == "calibrate").count(), 1);
     assert_eq!(lines.iter().filter(|l| l.stage == "rl").count(), 2);
+    // Extended once more with --iterations alone: the run keeps its own config (this one is not
+    // the shipped default, which --iterations used to be compared against and refused).
+    ok(cli(cache.path())
+        .args(["train", "--quiet", "--resume", "--iterations", "3", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap());
+    let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+    assert_eq!(lines.iter().filter(|l| l.stage == "calibrate").count(), 1);
+    assert_eq!(lines.iter().filter(|l| l.stage == "rl").count(), 3);
 }
 
 /// `rft.relabel` (DAgger) end to end on every environment: the round rolls the policy out,

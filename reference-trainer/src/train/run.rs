@@ -32,11 +32,11 @@ use crate::rollout::{EnvPool, Split};
 use crate::tokenizer::Tokenizer;
 use t2po_envs::webshop::expert::Demonstrator;
 
-/// How a run is started.
 /// The run's config, written beside the exported cold start (`RUN/cold-start/run_config.toml`);
 /// RL checkpoints carry theirs in `trainer_state.json`.
 pub const RUN_CONFIG: &str = "run_config.toml";
 
+/// How a run is started.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     /// The output folder.
@@ -45,6 +45,9 @@ pub struct RunOptions {
     pub resume: bool,
     /// `config` was given by the user (on resume it must then equal the run's own).
     pub explicit_config: bool,
+    /// `config.train.iterations` was set by the user (`--iterations`): on resume it extends or
+    /// shortens the run, which otherwise keeps its own config.
+    pub iterations_given: bool,
     /// Start from this Hugging Face checkpoint instead of the random-initialised default.
     pub init: Option<PathBuf>,
     /// Where the model runs.
@@ -355,7 +358,7 @@ pub fn train(cfg: TrainConfig, opts: &RunOptions, rep: &mut dyn Reporter) -> Res
 }
 
 /// The config a resumed run continues with: its own, which `cfg` (when the user gave one)
-/// must equal but for `train.iterations` (a run may be extended).
+/// must equal but for `train.iterations` (a run may be extended, with or without the config).
 fn resumed_config(
     cfg: &TrainConfig,
     opts: &RunOptions,
@@ -368,7 +371,7 @@ fn resumed_config(
     same.train.iterations = cfg.train.iterations;
     // What `control.calibrate` chose is the run's own, not the user's.
     same.control.calibrated.clone_from(&cfg.control.calibrated);
-    if opts.explicit_config {
+    if opts.explicit_config || opts.iterations_given {
         saved.train.iterations = cfg.train.iterations;
     }
     if opts.explicit_config && &same != cfg {
