@@ -520,9 +520,13 @@ fn calibrate_sets_the_thresholds_once_and_the_run_keeps_them() {
         .arg(&out)
         .output()
         .unwrap());
-    let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
-    assert_eq!(lines.iter().filter(|l| l.stage == "calibrate").count(), 1);
-    assert_eq!(lines.iter().filter(|l| l.stage == "rl").count(), 2);
+    // (calibration lines, RL lines) in the run's metrics.jsonl.
+    let stages = || {
+        let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+        let count = |stage: &str| lines.iter().filter(|l| l.stage == stage).count();
+        (count("calibrate"), count("rl"))
+    };
+    assert_eq!(stages(), (1, 2));
     // Extended once more with --iterations alone: the run keeps its own config (this one is not
     // the shipped default, which --iterations used to be compared against and refused).
     ok(cli(cache.path())
@@ -530,9 +534,7 @@ fn calibrate_sets_the_thresholds_once_and_the_run_keeps_them() {
         .arg(&out)
         .output()
         .unwrap());
-    let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
-    assert_eq!(lines.iter().filter(|l| l.stage == "calibrate").count(), 1);
-    assert_eq!(lines.iter().filter(|l| l.stage == "rl").count(), 3);
+    assert_eq!(stages(), (1, 3));
 }
 
 /// `rft.relabel` (DAgger) end to end on every environment: the round rolls the policy out,
