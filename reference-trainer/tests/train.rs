@@ -382,6 +382,71 @@ fn rl_tasks_undemonstrated_leaves_out_exactly_the_demonstrated_tasks() {
     );
 }
 
+/// `train.rl_sources`: RL draws only the named Search QA sources' training tasks (with
+/// `rl_tasks` applied first), every source when empty; a source the split lacks, or an
+/// environment without sources, is an error naming the key.
+#[test]
+fn rl_sources_keep_exactly_the_named_sources_tasks() {
+    use reference_trainer::rollout::Split;
+    use reference_trainer::train::config::RlTasks;
+    use reference_trainer::train::rft::{demo_tasks, rl_task_pool};
+    use reference_trainer::train::run::pool_for;
+
+    let mut c = tiny(EnvKind::Search, 1);
+    c.rft.demo_tasks = 40;
+    let pool = pool_for(&c).unwrap();
+    let sources = pool.task_sources(Split::Train).unwrap();
+    let n = pool.num_tasks(Split::Train);
+    assert_eq!(sources.len(), n);
+    let all = rl_task_pool(&pool, &c).unwrap();
+    assert_eq!(all, (0..n).collect::<Vec<_>>());
+    let of = |name: &str| -> Vec<usize> { (0..n).filter(|&t| sources[t] == name).collect() };
+    let (nq, hotpot) = (of("nq"), of("hotpotqa"));
+    assert!(!nq.is_empty() && !hotpot.is_empty() && nq.len() + hotpot.len() == n);
+    c.train.rl_sources = vec!["hotpotqa".into()];
+    assert_eq!(rl_task_pool(&pool, &c).unwrap(), hotpot);
+    c.train.rl_sources = vec!["hotpotqa".into(), "nq".into()];
+    assert_eq!(rl_task_pool(&pool, &c).unwrap(), all);
+    // After rl_tasks: the undemonstrated multi-hop tasks.
+    c.train.rl_sources = vec!["hotpotqa".into()];
+    c.train.rl_tasks = RlTasks::Undemonstrated;
+    let demo = demo_tasks(&pool, &c);
+    let rest = rl_task_pool(&pool, &c).unwrap();
+    let want: Vec<usize> = hotpot
+        .iter()
+        .copied()
+        .filter(|t| !demo.contains(t))
+        .collect();
+    assert!(
+        want.len() < hotpot.len(),
+        "some demonstrations are multi-hop"
+    );
+    assert_eq!(rest, want);
+    c.train.rl_sources = vec!["musique".into()];
+    let e = rl_task_pool(&pool, &c).unwrap_err().to_string();
+    assert!(
+        e.contains("train.rl_sources") && e.contains("musique") && e.contains("hotpotqa, nq"),
+        "{e}"
+    );
+    c.train.rl_sources = vec!["nq".into()];
+    c.rollout.tasks_per_iteration = nq.len() + 1;
+    let e = rl_task_pool(&pool, &c).unwrap_err().to_string();
+    assert!(
+        e.contains("train.rl_tasks") && e.contains("rl_sources"),
+        "{e}"
+    );
+    // The other environments' tasks have no source.
+    let mut w = tiny(EnvKind::Webshop, 1);
+    let wpool = pool_for(&w).unwrap();
+    assert!(wpool.task_sources(Split::Train).is_none());
+    w.train.rl_sources = vec!["nq".into()];
+    let e = rl_task_pool(&wpool, &w).unwrap_err().to_string();
+    assert!(
+        e.contains("train.rl_sources") && e.contains("webshop"),
+        "{e}"
+    );
+}
+
 /// DAPO's dynamic sampling end to end: the iteration draws 1..=max_gen_batches batches, keeps
 /// at most tasks_per_iteration informative groups, reports it in metrics.jsonl, and trains on
 /// the kept groups' turns only (none kept: an empty update).

@@ -253,6 +253,26 @@ impl EnvPool {
         }
     }
 
+    /// The source of each task of `split` (Search QA's `data_source`: `nq`, `hotpotqa`, …), in
+    /// task order; `None` for the environments whose tasks have none.
+    pub fn task_sources(&self, split: Split) -> Option<Vec<String>> {
+        match &self.proto {
+            Proto::Search(s) => {
+                let env = match split {
+                    Split::Train => &s.train,
+                    Split::Test => &s.held_out,
+                };
+                Some(
+                    env.questions()
+                        .iter()
+                        .map(|q| q.data_source.clone())
+                        .collect(),
+                )
+            }
+            Proto::Webshop(_) | Proto::Alfworld(_) => None,
+        }
+    }
+
     /// A fresh environment instance over the split's tasks (sharing the pool's data).
     pub fn make(&self, split: Split) -> Box<dyn Env + Send> {
         fn pick<E: Env + Clone + Send + 'static>(

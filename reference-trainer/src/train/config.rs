@@ -399,6 +399,11 @@ pub struct LoopSection {
     pub keep_checkpoints: usize,
     /// Which training tasks RL draws its tasks from.
     pub rl_tasks: RlTasks,
+    /// Search QA only: the training sources (`data_source`: `nq`, `hotpotqa`) RL draws its tasks
+    /// from, on top of [`rl_tasks`](Self::rl_tasks); empty (the default): every source, as the
+    /// paper trains. The cold start's demonstrations and the held-out evaluation are unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rl_sources: Vec<String>,
 }
 
 /// The training tasks an RL iteration draws from, as the config spells it.
@@ -719,6 +724,25 @@ impl TrainConfig {
         )?;
         c.int("train.checkpoint_every", l.checkpoint_every, 1, 1 << 20)?;
         c.int("train.keep_checkpoints", l.keep_checkpoints, 1, 1000)?;
+        if !l.rl_sources.is_empty() && self.env != EnvKind::Search {
+            return Err(Error::invalid(
+                "train.rl_sources",
+                format!(
+                    "{:?}: only Search QA's tasks have a source; the {} environment takes [] \
+                     (every task)",
+                    l.rl_sources,
+                    self.env.as_str()
+                ),
+            ));
+        }
+        for (i, s) in l.rl_sources.iter().enumerate() {
+            if s.trim().is_empty() || l.rl_sources[..i].contains(s) {
+                return Err(Error::invalid(
+                    "train.rl_sources",
+                    format!("{:?}: an empty or repeated source {s:?}", l.rl_sources),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -1181,6 +1205,37 @@ mod tests {
         );
         let ok = TrainConfig::parse(&anchored("sft_coef = 1.0"), Path::new("run.toml")).unwrap();
         assert_eq!((ok.algo.sft_coef, ok.algo.sft_per_step), (1.0, 8));
+        // RL's training sources: Search QA's only, each named once; a config without the key
+        // (written before it existed) draws from every source.
+        let sourced = |env, to: &str| match env {
+            EnvKind::Search => with(env, "rl_sources = []", &format!("rl_sources = {to}")),
+            _ => with(
+                env,
+                "rl_tasks = \"all\"",
+                &format!("rl_tasks = \"all\"\nrl_sources = {to}"),
+            ),
+        };
+        let e = err(&sourced(EnvKind::Webshop, "[\"nq\"]"));
+        assert!(
+            e.contains("train.rl_sources") && e.contains("webshop"),
+            "{e}"
+        );
+        let e = err(&sourced(EnvKind::Search, "[\"nq\", \"nq\"]"));
+        assert!(
+            e.contains("train.rl_sources") && e.contains("repeated"),
+            "{e}"
+        );
+        let e = err(&sourced(EnvKind::Search, "[\"\"]"));
+        assert!(e.contains("train.rl_sources"), "{e}");
+        let ok = TrainConfig::parse(&sourced(EnvKind::Search, "[\"hotpotqa\"]"), Path::new("r"));
+        assert_eq!(ok.unwrap().train.rl_sources, ["hotpotqa"]);
+        let ok = TrainConfig::parse(&sourced(EnvKind::Webshop, "[]"), Path::new("r")).unwrap();
+        assert!(ok.train.rl_sources.is_empty());
+        assert!(TrainConfig::default_for(EnvKind::Search)
+            .unwrap()
+            .train
+            .rl_sources
+            .is_empty());
         // The demonstrator: the shopper is WebShop's; a config without the key (written before
         // it existed) gets the privileged expert.
         let shopper = "expert = \"shopper\"";

@@ -128,11 +128,12 @@ pub fn demo_tasks(pool: &EnvPool, cfg: &TrainConfig) -> Vec<usize> {
     )
 }
 
-/// The training tasks RL draws from (`train.rl_tasks`), in index order; an error when they are
-/// fewer than one iteration's `rollout.tasks_per_iteration`.
+/// The training tasks RL draws from (`train.rl_tasks`, then `train.rl_sources`), in index
+/// order; an error when a named source has no training task or when they are fewer than one
+/// iteration's `rollout.tasks_per_iteration`.
 pub fn rl_task_pool(pool: &EnvPool, cfg: &TrainConfig) -> Result<Vec<usize>> {
     let n = pool.num_tasks(Split::Train);
-    let tasks: Vec<usize> = match cfg.train.rl_tasks {
+    let mut tasks: Vec<usize> = match cfg.train.rl_tasks {
         RlTasks::All => (0..n).collect(),
         RlTasks::Undemonstrated => {
             let mut seen = vec![false; n];
@@ -142,13 +143,43 @@ pub fn rl_task_pool(pool: &EnvPool, cfg: &TrainConfig) -> Result<Vec<usize>> {
             (0..n).filter(|&t| !seen[t]).collect()
         }
     };
+    let wanted = &cfg.train.rl_sources;
+    if !wanted.is_empty() {
+        let sources = pool.task_sources(Split::Train).ok_or_else(|| {
+            Error::invalid(
+                "train.rl_sources",
+                format!(
+                    "{wanted:?}: the {} environment's tasks have no source",
+                    pool.kind().as_str()
+                ),
+            )
+        })?;
+        let mut present: Vec<&str> = sources.iter().map(String::as_str).collect();
+        present.sort_unstable();
+        present.dedup();
+        if let Some(missing) = wanted.iter().find(|w| !present.contains(&w.as_str())) {
+            return Err(Error::invalid(
+                "train.rl_sources",
+                format!(
+                    "{missing:?} is not a source of the training split (it has: {})",
+                    present.join(", ")
+                ),
+            ));
+        }
+        tasks.retain(|&t| wanted.contains(&sources[t]));
+    }
     if tasks.len() < cfg.rollout.tasks_per_iteration {
         return Err(Error::invalid(
             "train.rl_tasks",
             format!(
-                "{:?} leaves {} of the {n} training tasks (rft.demo_tasks = {}), fewer than \
+                "{:?}{} leaves {} of the {n} training tasks (rft.demo_tasks = {}), fewer than \
                  rollout.tasks_per_iteration = {}",
                 cfg.train.rl_tasks,
+                if wanted.is_empty() {
+                    String::new()
+                } else {
+                    format!(" with train.rl_sources = {wanted:?}")
+                },
                 tasks.len(),
                 cfg.rft.demo_tasks,
                 cfg.rollout.tasks_per_iteration
