@@ -26,6 +26,7 @@ fn every_environment_trains_end_to_end() {
         if env == EnvKind::Alfworld {
             cfg.algo.kl_coef = 0.01;
         }
+        cfg.train.save_rollouts = true;
         let cfg_path = write_config(work.path(), &cfg);
         let out = work.path().join(format!("run-{}", env.as_str()));
         let stdout = ok(cli(cache.path())
@@ -75,6 +76,26 @@ fn every_environment_trains_end_to_end() {
             "KL where the config asks for it"
         );
         assert!(rl.eval.is_some(), "held-out evaluation at iteration 2");
+        // `train.save_rollouts`: each iteration's episodes, each turn with the advantage it was
+        // trained with; the last iteration's turns are the update's rows.
+        for (it, line) in [(1, &lines[4]), (2, &lines[5])] {
+            let path = reference_trainer::train::rollout_log::rollout_path(&out, it);
+            let logs = reference_trainer::train::rollout_log::read_rollouts(&path).unwrap();
+            let summary = line.rollout.as_ref().unwrap();
+            assert_eq!(logs.len(), summary.episodes, "{env:?} iteration {it}");
+            let turns: usize = logs.iter().map(|l| l.turns.len()).sum();
+            let want = summary.turns_per_episode * summary.episodes as f64;
+            assert!((turns as f64 - want).abs() < 1e-9, "{env:?}: {turns} turns");
+            assert!(logs.iter().all(|l| l.iteration == it
+                && l.turns
+                    .iter()
+                    .all(|t| t.advantage.is_some_and(|a| a.advantage.is_finite()))));
+            let solved = logs.iter().filter(|l| l.success).count() as f64;
+            assert!((solved / logs.len() as f64 - summary.success_rate).abs() < 1e-9);
+            if it == 2 {
+                assert_eq!(turns, u.rows, "{env:?}");
+            }
+        }
         // Every environment names each episode's source (Search QA: the dataset, WebShop: the
         // category, ALFWorld: the task type): the by-source counts cover every episode.
         for summary in [r, rl.eval.as_ref().unwrap()] {

@@ -404,6 +404,11 @@ pub struct LoopSection {
     /// paper trains. The cold start's demonstrations and the held-out evaluation are unchanged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rl_sources: Vec<String>,
+    /// Write every RL iteration's episodes as trained on (text, actions, rewards, TTI and TDS
+    /// decisions, each turn's advantage and its GiGPO parts) to `rollouts/iter-NNNNNN.jsonl` in
+    /// the run folder, as verl's `trainer.rollout_data_dir` does; off by default.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub save_rollouts: bool,
 }
 
 /// The training tasks an RL iteration draws from, as the config spells it.
@@ -1236,6 +1241,31 @@ mod tests {
             .train
             .rl_sources
             .is_empty());
+        // Saved rollouts: off unless asked for, and off in a config written before the key.
+        assert!(
+            !TrainConfig::default_for(EnvKind::Search)
+                .unwrap()
+                .train
+                .save_rollouts
+        );
+        let saved = with(
+            EnvKind::Search,
+            "save_rollouts = false",
+            "save_rollouts = true",
+        );
+        assert!(
+            TrainConfig::parse(&saved, Path::new("r"))
+                .unwrap()
+                .train
+                .save_rollouts
+        );
+        let unsaid = with(EnvKind::Search, "save_rollouts = false", "");
+        assert!(
+            !TrainConfig::parse(&unsaid, Path::new("r"))
+                .unwrap()
+                .train
+                .save_rollouts
+        );
         // The demonstrator: the shopper is WebShop's; a config without the key (written before
         // it existed) gets the privileged expert.
         let shopper = "expert = \"shopper\"";

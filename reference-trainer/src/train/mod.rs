@@ -1,7 +1,8 @@
 //! Training: the config ([`config`]), the optimizer ([`optimizer`]), supervised fine-tuning
 //! ([`sft`]) and the cold start ([`rft`]), the PPO update ([`ppo`]), checkpoints with resume
 //! ([`state`]), metrics ([`metrics`]), curves ([`plots`]) and the run that ties them together
-//! ([`run`]); `control.calibrate`'s warm-ups ([`calibrate`]).
+//! ([`run`]); `control.calibrate`'s warm-ups ([`calibrate`]); `train.save_rollouts`'s files
+//! ([`rollout_log`]).
 
 pub mod ablate;
 pub mod calibrate;
@@ -12,6 +13,7 @@ pub mod optimizer;
 pub mod plots;
 pub mod ppo;
 pub mod rft;
+pub mod rollout_log;
 pub mod run;
 pub mod sft;
 pub mod state;

@@ -711,6 +711,10 @@ fn train_until_stopped(
             .map_err(|e| Error::invalid("advantages", e.to_string()))?;
         let rows = flatten_rows(&records, &adv, cfg.control.filter_void)
             .map_err(|e| Error::invalid("training rows", e.to_string()))?;
+        if cfg.train.save_rollouts {
+            let logs = super::rollout_log::episode_logs(it, &records, &adv)?;
+            super::rollout_log::write_rollouts(out, it, &logs)?;
+        }
         let n_rows = rows.len();
         // The update changes the policy and the optimizer in place; a stop during it or the
         // evaluation after it puts both back: the weights from `old` (the policy as the
