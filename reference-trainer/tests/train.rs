@@ -468,6 +468,42 @@ fn rl_sources_keep_exactly_the_named_sources_tasks() {
     );
 }
 
+/// `train.balance_sources`: every RL batch holds as many tasks of each training source (and the
+/// iteration's rollout says so by source), where the uniform draw need not; the saved rollouts
+/// name each episode's source.
+#[test]
+fn balance_sources_draws_every_batch_evenly_over_the_sources() {
+    let cache = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let mut c = tiny(EnvKind::Search, 3);
+    c.rollout.tasks_per_iteration = 4;
+    c.train.eval_every = 3;
+    c.train.balance_sources = true;
+    c.train.save_rollouts = true;
+    let cfg_path = write_config(work.path(), &c);
+    let out = work.path().join("run");
+    ok(cli(cache.path())
+        .args(["train", "--quiet", "--config"])
+        .arg(&cfg_path)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap());
+    let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+    let rl: Vec<_> = lines.iter().filter(|l| l.stage == "rl").collect();
+    assert_eq!(rl.len(), 3);
+    let half = c.rollout.tasks_per_iteration / 2 * c.rollout.group_size;
+    for l in &rl {
+        let by = &l.rollout.as_ref().unwrap().by_source;
+        let counts: Vec<(&str, usize)> = by.iter().map(|(k, v)| (k.as_str(), v.episodes)).collect();
+        assert_eq!(counts, [("hotpotqa", half), ("nq", half)], "{by:?}");
+        let path = reference_trainer::train::rollout_log::rollout_path(&out, l.iteration);
+        let logs = reference_trainer::train::rollout_log::read_rollouts(&path).unwrap();
+        let nq = logs.iter().filter(|e| e.source == "nq").count();
+        assert_eq!(nq, half);
+    }
+}
+
 /// DAPO's dynamic sampling end to end: the iteration draws 1..=max_gen_batches batches, keeps
 /// at most tasks_per_iteration informative groups, reports it in metrics.jsonl, and trains on
 /// the kept groups' turns only (none kept: an empty update).

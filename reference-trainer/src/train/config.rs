@@ -404,6 +404,11 @@ pub struct LoopSection {
     /// paper trains. The cold start's demonstrations and the held-out evaluation are unchanged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rl_sources: Vec<String>,
+    /// Search QA only, beyond the paper: each RL batch draws its tasks evenly over the training
+    /// sources (stratified, [`crate::train::rft::sample_balanced`]) instead of uniformly over
+    /// the tasks; off by default (the paper's uniform draw).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub balance_sources: bool,
     /// Write every RL iteration's episodes as trained on (text, actions, rewards, TTI and TDS
     /// decisions, each turn's advantage and its GiGPO parts) to `rollouts/iter-NNNNNN.jsonl` in
     /// the run folder, as verl's `trainer.rollout_data_dir` does; off by default.
@@ -736,6 +741,16 @@ impl TrainConfig {
                     "{:?}: only Search QA's tasks have a source; the {} environment takes [] \
                      (every task)",
                     l.rl_sources,
+                    self.env.as_str()
+                ),
+            ));
+        }
+        if l.balance_sources && self.env != EnvKind::Search {
+            return Err(Error::invalid(
+                "train.balance_sources",
+                format!(
+                    "only Search QA's tasks have a source to balance; the {} environment takes \
+                     false",
                     self.env.as_str()
                 ),
             ));
@@ -1241,6 +1256,32 @@ mod tests {
             .train
             .rl_sources
             .is_empty());
+        // Balanced sources: Search QA's only; off in a config written before the key.
+        let balanced = |env, to: &str| match env {
+            EnvKind::Search => with(
+                env,
+                "balance_sources = false",
+                &format!("balance_sources = {to}"),
+            ),
+            _ => with(
+                env,
+                "rl_tasks = \"all\"",
+                &format!("rl_tasks = \"all\"\nbalance_sources = {to}"),
+            ),
+        };
+        let e = err(&balanced(EnvKind::Alfworld, "true"));
+        assert!(
+            e.contains("train.balance_sources") && e.contains("alfworld"),
+            "{e}"
+        );
+        let ok = TrainConfig::parse(&balanced(EnvKind::Search, "true"), Path::new("r")).unwrap();
+        assert!(ok.train.balance_sources);
+        assert!(
+            !TrainConfig::default_for(EnvKind::Search)
+                .unwrap()
+                .train
+                .balance_sources
+        );
         // Saved rollouts: off unless asked for, and off in a config written before the key.
         assert!(
             !TrainConfig::default_for(EnvKind::Search)

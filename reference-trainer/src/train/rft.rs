@@ -118,6 +118,48 @@ pub fn sample_from(mut candidates: Vec<usize>, count: usize, seed: u64) -> Vec<u
     candidates
 }
 
+/// `count` distinct entries of `candidates` drawn with `seed`, evenly over their sources
+/// (`source_of[task]`; a task past its end counts as having none): each source's candidates are
+/// shuffled, then the sources, in an order drawn with the same seed, give one task each in turn
+/// until `count` are drawn. No two sources' counts differ by more than one unless a source runs
+/// out, and then the others fill the batch; all of `candidates`, when there are fewer.
+pub fn sample_balanced(
+    candidates: Vec<usize>,
+    source_of: &[String],
+    count: usize,
+    seed: u64,
+) -> Vec<usize> {
+    let mut rng = ChaCha12Rng::seed_from_u64(seed);
+    let mut by_source: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+    for t in candidates {
+        let source = source_of.get(t).map_or("", String::as_str);
+        by_source.entry(source).or_default().push(t);
+    }
+    let mut queues: Vec<Vec<usize>> = by_source.into_values().collect();
+    for q in &mut queues {
+        q.shuffle(&mut rng);
+    }
+    queues.shuffle(&mut rng);
+    let mut drawn = Vec::with_capacity(count);
+    let mut next = vec![0usize; queues.len()];
+    while drawn.len() < count {
+        let before = drawn.len();
+        for (q, i) in queues.iter().zip(next.iter_mut()) {
+            if drawn.len() == count {
+                break;
+            }
+            if let Some(&t) = q.get(*i) {
+                drawn.push(t);
+                *i += 1;
+            }
+        }
+        if drawn.len() == before {
+            break;
+        }
+    }
+    drawn
+}
+
 /// The training tasks whose expert episodes are the cold start's demonstrations
 /// (`rft.demo_tasks` of them, drawn over the whole shuffled split).
 pub fn demo_tasks(pool: &EnvPool, cfg: &TrainConfig) -> Vec<usize> {
@@ -777,4 +819,75 @@ fn sft(
         on_stage(Stage::Sft, &opt, sft_steps, line, rep)?;
     }
     Ok((opt, sft_steps))
+}
+
+#[cfg(test)]
+mod balanced_tests {
+    use super::sample_balanced;
+    use proptest::prelude::*;
+
+    fn count_of(drawn: &[usize], source_of: &[String], source: &str) -> usize {
+        drawn.iter().filter(|&&t| source_of[t] == source).count()
+    }
+
+    #[test]
+    fn an_uneven_pool_gives_an_even_batch() {
+        // 90 % of the pool is one source; the batch is 4 + 4.
+        let source_of: Vec<String> = (0..100)
+            .map(|t| if t < 90 { "nq" } else { "hotpotqa" }.to_string())
+            .collect();
+        for seed in 0..20 {
+            let drawn = sample_balanced((0..100).collect(), &source_of, 8, seed);
+            assert_eq!(drawn.len(), 8);
+            assert_eq!(count_of(&drawn, &source_of, "nq"), 4, "seed {seed}");
+            assert_eq!(count_of(&drawn, &source_of, "hotpotqa"), 4, "seed {seed}");
+        }
+        // A source that runs out leaves the rest to the others.
+        let drawn = sample_balanced((0..100).collect(), &source_of, 30, 7);
+        assert_eq!(count_of(&drawn, &source_of, "hotpotqa"), 10);
+        assert_eq!(count_of(&drawn, &source_of, "nq"), 20);
+        // Different seeds draw different tasks; the same seed the same ones.
+        let a = sample_balanced((0..100).collect(), &source_of, 8, 1);
+        assert_eq!(a, sample_balanced((0..100).collect(), &source_of, 8, 1));
+        assert_ne!(a, sample_balanced((0..100).collect(), &source_of, 8, 2));
+    }
+
+    proptest! {
+        #[test]
+        fn draws_are_distinct_candidates_spread_within_one(
+            sources in proptest::collection::vec(0u8..4, 1..120),
+            keep in proptest::collection::vec(any::<bool>(), 120),
+            count in 0usize..40,
+            seed in any::<u64>(),
+        ) {
+            let source_of: Vec<String> = sources.iter().map(|s| format!("s{s}")).collect();
+            let candidates: Vec<usize> =
+                (0..source_of.len()).filter(|&t| keep[t]).collect();
+            let drawn = sample_balanced(candidates.clone(), &source_of, count, seed);
+            prop_assert_eq!(drawn.len(), count.min(candidates.len()));
+            let mut sorted = drawn.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            prop_assert_eq!(sorted.len(), drawn.len());
+            prop_assert!(drawn.iter().all(|t| candidates.contains(t)));
+            // Sources not yet exhausted differ by at most one; an exhausted source gave all.
+            let mut names: Vec<&String> = candidates.iter().map(|&t| &source_of[t]).collect();
+            names.sort_unstable();
+            names.dedup();
+            let got: Vec<(usize, usize)> = names
+                .iter()
+                .map(|n| {
+                    let have = candidates.iter().filter(|&&t| &source_of[t] == *n).count();
+                    (count_of(&drawn, &source_of, n), have)
+                })
+                .collect();
+            let open: Vec<usize> = got.iter().filter(|(g, h)| g < h).map(|(g, _)| *g).collect();
+            if let (Some(lo), Some(hi)) = (open.iter().min(), open.iter().max()) {
+                prop_assert!(hi - lo <= 1, "{:?}", got);
+                // An exhausted source (all of its tasks drawn) got at most one more than an
+                // open one: it was drawn from in the same rounds.
+                prop_assert!(got.iter().all(|(g, _)| *g <= hi + 1), "{:?}", got);
+            }
+        }
+    }
 }

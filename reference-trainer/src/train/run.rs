@@ -208,6 +208,13 @@ fn training_episodes(
     let mut stats = crate::rollout::RolloutStats::default();
     let mut secs = 0.0;
     let mut used: Vec<usize> = Vec::new();
+    // `train.balance_sources`: each batch evenly over the training sources (config validation
+    // keeps it to Search QA, whose tasks have them).
+    let sources = if cfg.train.balance_sources {
+        pool.task_sources(Split::Train)
+    } else {
+        None
+    };
     let mut roll = |batch: usize, rep: &mut dyn Reporter| -> Result<Option<Vec<_>>> {
         let (tasks_seed, rollout_seed) = match batch {
             0 => (tasks_seed, rollout_seed),
@@ -224,7 +231,10 @@ fn training_episodes(
         if fresh.is_empty() {
             return Ok(None);
         }
-        let tasks = sample_from(fresh, want, tasks_seed);
+        let tasks = match &sources {
+            Some(source_of) => super::rft::sample_balanced(fresh, source_of, want, tasks_seed),
+            None => sample_from(fresh, want, tasks_seed),
+        };
         used.extend(&tasks);
         let (records, s, t) = run_episodes(
             "rollout",
