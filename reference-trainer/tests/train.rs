@@ -12,6 +12,29 @@ use common::{cli, fails, ok, timeless, tiny, write_config};
 use reference_trainer::rollout::EnvKind;
 use reference_trainer::train::MetricsLog;
 
+/// `train --quiet` with `cfg` into `work/name`; the run folder and its metrics lines.
+fn train_quiet(
+    cache: &Path,
+    work: &Path,
+    cfg: &reference_trainer::train::TrainConfig,
+    name: &str,
+) -> (
+    std::path::PathBuf,
+    Vec<reference_trainer::train::MetricsLine>,
+) {
+    let cfg_path = write_config(work, cfg);
+    let out = work.join(name);
+    ok(cli(cache)
+        .args(["train", "--quiet", "--config"])
+        .arg(&cfg_path)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap());
+    let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+    (out, lines)
+}
+
 #[test]
 fn every_environment_trains_end_to_end() {
     let cache = tempfile::tempdir().unwrap();
@@ -480,16 +503,7 @@ fn balance_sources_draws_every_batch_evenly_over_the_sources() {
     c.train.eval_every = 3;
     c.train.balance_sources = true;
     c.train.save_rollouts = true;
-    let cfg_path = write_config(work.path(), &c);
-    let out = work.path().join("run");
-    ok(cli(cache.path())
-        .args(["train", "--quiet", "--config"])
-        .arg(&cfg_path)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap());
-    let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+    let (out, lines) = train_quiet(cache.path(), work.path(), &c, "run");
     let rl: Vec<_> = lines.iter().filter(|l| l.stage == "rl").collect();
     assert_eq!(rl.len(), 3);
     let half = c.rollout.tasks_per_iteration / 2 * c.rollout.group_size;
@@ -515,16 +529,7 @@ fn dynamic_sampling_draws_batches_and_trains_on_the_informative_groups() {
     c.algo.dynamic_sampling = true;
     c.algo.max_gen_batches = 3;
     c.train.eval_every = 2;
-    let cfg_path = write_config(work.path(), &c);
-    let out = work.path().join("run");
-    ok(cli(cache.path())
-        .args(["train", "--quiet", "--config"])
-        .arg(&cfg_path)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap());
-    let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
+    let (_, lines) = train_quiet(cache.path(), work.path(), &c, "run");
     let rl: Vec<_> = lines.iter().filter(|l| l.stage == "rl").collect();
     assert_eq!(rl.len(), 2);
     let per_batch = c.rollout.tasks_per_iteration * c.rollout.group_size;

@@ -140,24 +140,12 @@ pub fn sample_balanced(
         q.shuffle(&mut rng);
     }
     queues.shuffle(&mut rng);
-    let mut drawn = Vec::with_capacity(count);
-    let mut next = vec![0usize; queues.len()];
-    while drawn.len() < count {
-        let before = drawn.len();
-        for (q, i) in queues.iter().zip(next.iter_mut()) {
-            if drawn.len() == count {
-                break;
-            }
-            if let Some(&t) = q.get(*i) {
-                drawn.push(t);
-                *i += 1;
-            }
-        }
-        if drawn.len() == before {
-            break;
-        }
-    }
-    drawn
+    // Round r takes each source's r-th task, in the drawn source order.
+    let rounds = queues.iter().map(Vec::len).max().unwrap_or(0);
+    (0..rounds)
+        .flat_map(|r| queues.iter().filter_map(move |q| q.get(r).copied()))
+        .take(count)
+        .collect()
 }
 
 /// The training tasks whose expert episodes are the cold start's demonstrations
