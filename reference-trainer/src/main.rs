@@ -511,6 +511,11 @@ fn finish(result: &RunResult, cfg: &TrainConfig) {
         )
     );
     println!();
+    println!(
+        "{}",
+        reference_trainer::train::run::kernels_line(result.kernels)
+    );
+    println!();
     if let Some(v) = reference_trainer::train::run::verdict(
         result.before.as_ref(),
         result.after.as_ref(),

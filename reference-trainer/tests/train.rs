@@ -138,7 +138,14 @@ fn every_environment_trains_end_to_end() {
         if env == EnvKind::Search {
             assert!(!out.join("plots").join("score.png").exists());
         }
-        assert!(out.join("results.md").is_file());
+        // results.md ends with the kernels' path, on which its figures reproduce.
+        let results = std::fs::read_to_string(out.join("results.md")).unwrap();
+        let kernels = reference_trainer::model::kernel_path(&candle_core::Device::Cpu);
+        assert_eq!(
+            results.lines().last(),
+            Some(reference_trainer::train::run::kernels_line(kernels).as_str()),
+            "{results}"
+        );
         assert!(out.join("cold-start").join("model.safetensors").is_file());
         // Both checkpoint kinds name the turn end in config.json, as Qwen3's does.
         for folder in ["cold-start", "checkpoints/iter-000002"] {

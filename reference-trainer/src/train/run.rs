@@ -77,6 +77,8 @@ pub struct RunResult {
     pub checkpoint: Option<PathBuf>,
     /// Wall seconds of this invocation.
     pub seconds: f64,
+    /// The kernels' code path (`model::kernel_path`), written at the end of `results.md`.
+    pub kernels: &'static str,
 }
 
 /// A user's model and tokenizer made ready for the T²PO decode loop: the tags
@@ -581,11 +583,12 @@ fn train_until_stopped(
                     let (policy, tokenizer) =
                         initial_policy(&cfg, opts.init.as_deref(), &opts.device)?;
                     rep.line(&format!(
-                        "{}: {} parameters, {} training / {} held-out tasks",
+                        "{}: {} parameters, {} training / {} held-out tasks; kernels: {}",
                         cfg.env.as_str(),
                         policy.num_parameters(),
                         pool.num_tasks(Split::Train),
-                        pool.num_tasks(Split::Test)
+                        pool.num_tasks(Split::Test),
+                        crate::model::kernel_path(&opts.device)
                     ));
                     (cfg, pool, policy, tokenizer, None)
                 }
@@ -816,9 +819,15 @@ fn train_until_stopped(
     }
     let plots = write_plots(&out.join("plots"), &lines, cfg.control.min_len)?;
     let results = out.join("results.md");
+    let kernels = crate::model::kernel_path(&opts.device);
     checkpoint::write_atomic(
         &results,
-        results_table(&cfg, before.as_ref(), after.as_ref()).as_bytes(),
+        format!(
+            "{}\n{}\n",
+            results_table(&cfg, before.as_ref(), after.as_ref()),
+            kernels_line(kernels)
+        )
+        .as_bytes(),
     )?;
     Ok(RunResult {
         before,
@@ -829,6 +838,7 @@ fn train_until_stopped(
         metrics: log.path().to_path_buf(),
         checkpoint: last_checkpoint,
         seconds: t_start.elapsed().as_secs_f64(),
+        kernels,
     })
 }
 
@@ -1012,6 +1022,16 @@ pub fn results_table(
         s.push_str(&t);
     }
     s
+}
+
+/// The line `results.md` ends with: the kernels' code path (`model::kernel_path`), on which
+/// the run's figures reproduce to the digit.
+pub fn kernels_line(kernels: &str) -> String {
+    format!(
+        "Kernels: {kernels}. A run reproduces these figures to the digit where its kernels take the \
+         same path; another path (AVX-512 against AVX2) sums in another order and gives another \
+         sample of the same run."
+    )
 }
 
 /// Success by source (markdown), one row per labelled summary and one column per source any
