@@ -12,7 +12,7 @@ use common::{cli, fails, ok, timeless, tiny, write_config};
 use reference_trainer::rollout::EnvKind;
 use reference_trainer::train::MetricsLog;
 
-/// `train --quiet` with `cfg` into `work/name`; the run folder and its metrics lines.
+/// `train --quiet` with `cfg` into `work/name`; the run folder, its metrics lines and stdout.
 fn train_quiet(
     cache: &Path,
     work: &Path,
@@ -21,10 +21,11 @@ fn train_quiet(
 ) -> (
     std::path::PathBuf,
     Vec<reference_trainer::train::MetricsLine>,
+    String,
 ) {
     let cfg_path = write_config(work, cfg);
     let out = work.join(name);
-    ok(cli(cache)
+    let stdout = ok(cli(cache)
         .args(["train", "--quiet", "--config"])
         .arg(&cfg_path)
         .arg("--out")
@@ -32,7 +33,7 @@ fn train_quiet(
         .output()
         .unwrap());
     let lines = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
-    (out, lines)
+    (out, lines, stdout)
 }
 
 #[test]
@@ -50,15 +51,8 @@ fn every_environment_trains_end_to_end() {
             cfg.algo.kl_coef = 0.01;
         }
         cfg.train.save_rollouts = true;
-        let cfg_path = write_config(work.path(), &cfg);
-        let out = work.path().join(format!("run-{}", env.as_str()));
-        let stdout = ok(cli(cache.path())
-            .args(["train", "--quiet", "--config"])
-            .arg(&cfg_path)
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap());
+        let name = format!("run-{}", env.as_str());
+        let (out, _, stdout) = train_quiet(cache.path(), work.path(), &cfg, &name);
         assert!(stdout.contains("before RL (after cold start)"), "{stdout}");
         let cut = stdout
             .split("thinking cut where TTI could cut it in ")
@@ -510,7 +504,7 @@ fn balance_sources_draws_every_batch_evenly_over_the_sources() {
     c.train.eval_every = 3;
     c.train.balance_sources = true;
     c.train.save_rollouts = true;
-    let (out, lines) = train_quiet(cache.path(), work.path(), &c, "run");
+    let (out, lines, _) = train_quiet(cache.path(), work.path(), &c, "run");
     let rl: Vec<_> = lines.iter().filter(|l| l.stage == "rl").collect();
     assert_eq!(rl.len(), 3);
     let half = c.rollout.tasks_per_iteration / 2 * c.rollout.group_size;
@@ -536,7 +530,7 @@ fn dynamic_sampling_draws_batches_and_trains_on_the_informative_groups() {
     c.algo.dynamic_sampling = true;
     c.algo.max_gen_batches = 3;
     c.train.eval_every = 2;
-    let (_, lines) = train_quiet(cache.path(), work.path(), &c, "run");
+    let (_, lines, _) = train_quiet(cache.path(), work.path(), &c, "run");
     let rl: Vec<_> = lines.iter().filter(|l| l.stage == "rl").collect();
     assert_eq!(rl.len(), 2);
     let per_batch = c.rollout.tasks_per_iteration * c.rollout.group_size;
