@@ -1,5 +1,5 @@
-//! Criterion benchmarks of the control kernel: token statistics per row (f32, bf16; Llama-2,
-//! Llama-3 and Qwen3 vocabularies), the state update after statistics, and the batched observe.
+//! Criterion benchmarks of the control kernel: token statistics per row (f32, bf16; the tiny
+//! default's 4,096 entries, Llama-2, Llama-3 and Qwen3 vocabularies), the state update after statistics, and the batched observe.
 //! Run: `cargo bench -p t2po-benches --bench control`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -10,7 +10,7 @@ use t2po_control::{observe_batch, token_stats, Config, Sequence, Step, ThinkStar
 
 fn stats(c: &mut Criterion) {
     let mut g = c.benchmark_group("token_stats");
-    for &v in &[32_000usize, 128_256, 151_936] {
+    for &v in &[4_096usize, 32_000, 128_256, 151_936] {
         let row = logits(1, v, 1);
         let row_bf16: Vec<bf16> = row.iter().map(|&x| bf16::from_f32(x)).collect();
         g.throughput(Throughput::Elements(v as u64));

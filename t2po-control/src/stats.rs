@@ -8,9 +8,9 @@
 //! software-pipelined: the exp pass over chunk k (already in L1) runs in the same loop as the
 //! max scan of chunk k + 1, so the loads from memory overlap the arithmetic. Top-j keeps the j
 //! largest values in a fixed sorted buffer; 64-blocks whose max is below the j-th value held
-//! when their chunk began, or below a floor the first chunk sets, are skipped (on AVX-512F the
-//! others are inserted by vector operations with the buffer in registers: no walk, no branch
-//! per entry). NaN and `+inf` poison the sums (NaN propagates through the exp pass), which is
+//! when their chunk began, or below a floor the first chunk sets (the whole row does, for an
+//! f32 row of two chunks), are skipped (on AVX-512F the others are inserted by vector
+//! operations with the buffer in registers: no walk, no branch per entry). NaN and `+inf` poison the sums (NaN propagates through the exp pass), which is
 //! checked once per row; only then is the row scanned for the offending index.
 //! On CPUs with AVX-512F the exp pass is explicit AVX-512 code (a 32-entry `2^(i/32)` table in
 //! two registers, a degree-2 polynomial, `vscalefps`: 12 vector operations per 16 entries with
@@ -84,6 +84,11 @@ pub trait Logit: Copy + sealed::Sealed {
     }
     /// This value as f32.
     fn to_f32(self) -> f32;
+    /// The whole row as f32 without a copy (`Some` for f32 only).
+    #[doc(hidden)]
+    fn as_f32_row(_row: &[Self]) -> Option<&[f32]> {
+        None
+    }
     /// The raw bits (a load the compiler must keep: the look-ahead touch of the row).
     #[doc(hidden)]
     fn bits(self) -> u32;
@@ -104,6 +109,10 @@ impl Logit for f32 {
     }
     fn to_f32(self) -> f32 {
         self
+    }
+    #[inline]
+    fn as_f32_row(row: &[f32]) -> Option<&[f32]> {
+        Some(row)
     }
     #[inline(always)]
     fn bits(self) -> u32 {
@@ -200,7 +209,11 @@ pub(crate) fn token_stats_wide<T: Logit>(row: &[T], top_j: u32) -> Result<WideSt
     let raw = |k: usize| &row[k * CHUNK..row.len().min((k + 1) * CHUNK)];
     let mut bufs = [[0.0f32; CHUNK]; 2];
     let first = T::widen(raw(0), &mut bufs[0]);
-    let cmax = scan_first(first, &mut acc.top);
+    // An f32 row of two chunks (the tiny default's 4,096 entries) is read whole for its floor:
+    // a tighter bound for both chunks' scans (bf16/f16 rows would need the second chunk
+    // widened first, so they keep the first chunk's).
+    let whole = if n == 2 { T::as_f32_row(row) } else { None };
+    let cmax = scan_first(first, whole, &mut acc.top);
     let mut plan = acc.begin(first, cmax);
     for k in 0..n {
         let (a, b) = bufs.split_at_mut(1);
@@ -669,50 +682,96 @@ fn lanes_total(acc: &Lanes) -> (f32, f32, f32) {
 }
 
 /// The row's `j`-th largest value is at least the `j`-th largest of any `j` or more distinct
-/// entries; for `j ≤ 32` the first chunk's 32 lane maxima (even and odd 64-blocks apart, so
-/// each lane covers its own entries) give such a bound, set as the top-j floor before the
-/// chunk's scan: the chunk's entries below it never reach the insertion. (The floor lets
-/// entries equal to the bound through: ties at the `j`-th value are kept.) Then [`scan`].
+/// entries. For `j ≤ 32` the first chunk's 32 lane maxima (even and odd 64-blocks apart, so each
+/// lane covers its own entries) give such a bound, set as the top-j floor before the chunk's
+/// scan: the chunk's entries below it never reach the insertion. (The floor lets entries equal
+/// to the bound through: ties at the `j`-th value are kept.) Where the caller passes the `whole`
+/// row (two chunks, already in cache) and `j ≤ 64`, the bound comes from 64 lane maxima over all
+/// of it (blocks by their index mod 4): twice the maxima over twice the entries, so a bound
+/// nearer the `j`-th value, and fewer blocks flagged and fewer insertions in both chunks. Then
+/// [`scan`] of the first chunk.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512vl+avx2+fma",
     "x86_64+avx2+fma",
     "x86_64+avx"
 ))]
-fn scan_first(xs: &[f32], top: &mut TopJ) -> f32 {
-    if top.j <= 2 * LANES && xs.len() >= 2 * BLOCK {
-        let (mut even, mut odd) = ([f32::NEG_INFINITY; LANES], [f32::NEG_INFINITY; LANES]);
-        let mut pairs = xs.chunks_exact(2 * BLOCK);
-        for pair in &mut pairs {
-            for v in pair[..BLOCK].chunks_exact(LANES) {
+fn scan_first(xs: &[f32], whole: Option<&[f32]>, top: &mut TopJ) -> f32 {
+    let mut maxima = [f32::NEG_INFINITY; 4 * LANES];
+    let count = match whole {
+        Some(w) if top.j <= 4 * LANES && w.len() >= 4 * BLOCK => {
+            // Four named accumulators, each over its own block of the group (as the pair
+            // below): an array of them indexed in a loop vectorises across the wrong axis.
+            let mut s0 = [f32::NEG_INFINITY; LANES];
+            let (mut s1, mut s2, mut s3) = (s0, s0, s0);
+            let mut quads = w.chunks_exact(4 * BLOCK);
+            for quad in &mut quads {
+                let (a, b) = quad.split_at(2 * BLOCK);
+                for v in a[..BLOCK].chunks_exact(LANES) {
+                    s0 = vmax(s0, v);
+                }
+                for v in a[BLOCK..].chunks_exact(LANES) {
+                    s1 = vmax(s1, v);
+                }
+                for v in b[..BLOCK].chunks_exact(LANES) {
+                    s2 = vmax(s2, v);
+                }
+                for v in b[BLOCK..].chunks_exact(LANES) {
+                    s3 = vmax(s3, v);
+                }
+            }
+            for v in quads.remainder().chunks_exact(LANES) {
+                s0 = vmax(s0, v);
+            }
+            for (m, set) in maxima.chunks_exact_mut(LANES).zip(&[s0, s1, s2, s3]) {
+                m.copy_from_slice(set);
+            }
+            4 * LANES
+        }
+        _ if top.j <= 2 * LANES && xs.len() >= 2 * BLOCK => {
+            let (mut even, mut odd) = ([f32::NEG_INFINITY; LANES], [f32::NEG_INFINITY; LANES]);
+            let mut pairs = xs.chunks_exact(2 * BLOCK);
+            for pair in &mut pairs {
+                for v in pair[..BLOCK].chunks_exact(LANES) {
+                    even = vmax(even, v);
+                }
+                for v in pair[BLOCK..].chunks_exact(LANES) {
+                    odd = vmax(odd, v);
+                }
+            }
+            for v in pairs.remainder().chunks_exact(LANES) {
                 even = vmax(even, v);
             }
-            for v in pair[BLOCK..].chunks_exact(LANES) {
-                odd = vmax(odd, v);
-            }
+            maxima[..LANES].copy_from_slice(&even);
+            maxima[LANES..2 * LANES].copy_from_slice(&odd);
+            2 * LANES
         }
-        for v in pairs.remainder().chunks_exact(LANES) {
-            even = vmax(even, v);
-        }
-        let mut maxima = [0.0f32; 2 * LANES];
-        maxima[..LANES].copy_from_slice(&even);
-        maxima[LANES..].copy_from_slice(&odd);
-        // The `j`-th largest: the largest value with at least `j` values ≥ it (ties counted).
-        // `vmax` drops NaN, so the maxima are never NaN.
-        // Written as lane-wise loops over the 32 (a broadcast compare per value, then a
-        // masked max), which vectorise.
-        let mut at_least = [0u32; 2 * LANES];
-        for (n, &v) in at_least.iter_mut().zip(&maxima) {
-            *n = maxima.iter().map(|&w| (w >= v) as u32).sum();
-        }
-        let j = top.j as u32;
-        let mut best = [f32::NEG_INFINITY; 2 * LANES];
-        for ((b, &v), &n) in best.iter_mut().zip(&maxima).zip(&at_least) {
-            *b = if n >= j { v } else { f32::NEG_INFINITY };
-        }
-        let bound = best.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-        top.floor = bound.next_down();
+        _ => 0,
+    };
+    match count {
+        64 => set_floor::<64>(&maxima, top),
+        32 => set_floor::<32>(maxima[..32].try_into().expect("32 maxima"), top),
+        _ => {}
     }
     Scan::run(xs, top)
+}
+
+/// The top-j floor from `N` maxima of disjoint entries (`j ≤ N`): just below the largest value
+/// with at least `j` maxima ≥ it (ties counted). `vmax` drops NaN, so the maxima are never NaN.
+/// Written as lane-wise loops over the `N` (a broadcast compare per value, then a masked max),
+/// which vectorise.
+#[inline(always)]
+fn set_floor<const N: usize>(maxima: &[f32; N], top: &mut TopJ) {
+    let mut at_least = [0u32; N];
+    for (n, &v) in at_least.iter_mut().zip(maxima) {
+        *n = maxima.iter().map(|&w| (w >= v) as u32).sum();
+    }
+    let j = top.j as u32;
+    let mut best = [f32::NEG_INFINITY; N];
+    for ((b, &v), &n) in best.iter_mut().zip(maxima).zip(&at_least) {
+        *b = if n >= j { v } else { f32::NEG_INFINITY };
+    }
+    let bound = best.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    top.floor = bound.next_down();
 }
 
 /// The max scan of one chunk after a chunk without finite entries.
@@ -1425,6 +1484,60 @@ mod tests {
                 "the CPU has AVX2: its insertion must have been checked"
             );
         }
+    }
+
+    /// The floor `scan_first` sets lies strictly below the row's `j`-th largest value, from the
+    /// first chunk's 32 maxima and from a two-chunk row's 64: rows with ties (at the bound
+    /// itself), masked entries and the odd NaN, of lengths around the group sizes, every `j`.
+    #[test]
+    fn the_top_j_floor_is_below_the_jth_value() {
+        let mut rng = t2po_fixtures::Rng::new(16);
+        let (mut whole_rows, mut tightened) = (0, 0);
+        for case in 0..2000 {
+            let j = 1 + case % TOP_J_CAPACITY;
+            let len = match rng.below(4) {
+                0 => 1 + rng.below(2 * CHUNK),
+                1 => CHUNK + 4 * BLOCK + rng.below(64),
+                _ => CHUNK + 1 + rng.below(CHUNK),
+            };
+            let small = rng.below(2) == 0;
+            let row: std::vec::Vec<f32> = (0..len)
+                .map(|_| match rng.below(50) {
+                    0 => f32::NEG_INFINITY,
+                    1 if rng.below(4) == 0 => f32::NAN,
+                    _ if small => rng.below(5) as f32,
+                    _ => (rng.normal() * 2.0) as f32,
+                })
+                .collect();
+            let mut sorted: std::vec::Vec<f32> =
+                row.iter().copied().filter(|x| !x.is_nan()).collect();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            let first = &row[..len.min(CHUNK)];
+            let whole = (len > CHUNK).then_some(&row[..]);
+            let mut top = TopJ::new(j);
+            scan_first(first, whole, &mut top);
+            if top.floor == f32::NEG_INFINITY {
+                continue;
+            }
+            let jth = sorted[j - 1];
+            assert!(
+                top.floor < jth,
+                "case {case}: len {len}, j {j}: floor {} not below the j-th value {jth}",
+                top.floor
+            );
+            if whole.is_some() && j <= 4 * LANES && len >= 4 * BLOCK {
+                whole_rows += 1;
+                let mut first_only = TopJ::new(j);
+                scan_first(first, None, &mut first_only);
+                tightened += (top.floor > first_only.floor) as usize;
+            }
+        }
+        // Both forms ran, and the whole row's bound is the tighter one on most rows.
+        assert!(whole_rows > 500, "{whole_rows} two-chunk rows");
+        assert!(
+            tightened * 2 > whole_rows,
+            "{tightened} of {whole_rows} tightened"
+        );
     }
 
     #[test]
