@@ -696,8 +696,7 @@ fn lanes_total(acc: &Lanes) -> (f32, f32, f32) {
     "x86_64+avx"
 ))]
 fn scan_first(xs: &[f32], whole: Option<&[f32]>, top: &mut TopJ) -> f32 {
-    let mut maxima = [f32::NEG_INFINITY; 4 * LANES];
-    let count = match whole {
+    match whole {
         Some(w) if top.j <= 4 * LANES && w.len() >= 4 * BLOCK => {
             // Four named accumulators, each over its own block of the group (as the pair
             // below): an array of them indexed in a loop vectorises across the wrong axis.
@@ -722,10 +721,11 @@ fn scan_first(xs: &[f32], whole: Option<&[f32]>, top: &mut TopJ) -> f32 {
             for v in quads.remainder().chunks_exact(LANES) {
                 s0 = vmax(s0, v);
             }
+            let mut maxima = [f32::NEG_INFINITY; 4 * LANES];
             for (m, set) in maxima.chunks_exact_mut(LANES).zip(&[s0, s1, s2, s3]) {
                 m.copy_from_slice(set);
             }
-            4 * LANES
+            set_floor(&maxima, top);
         }
         _ if top.j <= 2 * LANES && xs.len() >= 2 * BLOCK => {
             let (mut even, mut odd) = ([f32::NEG_INFINITY; LANES], [f32::NEG_INFINITY; LANES]);
@@ -741,15 +741,11 @@ fn scan_first(xs: &[f32], whole: Option<&[f32]>, top: &mut TopJ) -> f32 {
             for v in pairs.remainder().chunks_exact(LANES) {
                 even = vmax(even, v);
             }
+            let mut maxima = [f32::NEG_INFINITY; 2 * LANES];
             maxima[..LANES].copy_from_slice(&even);
-            maxima[LANES..2 * LANES].copy_from_slice(&odd);
-            2 * LANES
+            maxima[LANES..].copy_from_slice(&odd);
+            set_floor(&maxima, top);
         }
-        _ => 0,
-    };
-    match count {
-        64 => set_floor::<64>(&maxima, top),
-        32 => set_floor::<32>(maxima[..32].try_into().expect("32 maxima"), top),
         _ => {}
     }
     Scan::run(xs, top)
