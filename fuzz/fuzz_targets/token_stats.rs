@@ -1,11 +1,14 @@
 //! Fuzzes `token_stats` with arbitrary bytes as f32/bf16/f16 rows against an f64 two-pass
 //! reference: errors exactly when the row is empty, holds NaN or +inf, or has no finite entry;
 //! otherwise within the documented tolerance from t2po-fixtures (1e-5 relative + 1e-7 absolute;
-//! 1e-6 absolute for the log-sum-exp).
+//! 1e-6 absolute for the log-sum-exp); `token_stats_mass` gives the same result, with chunk
+//! masses that add up to `e^(lse − max)`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use t2po_control::{token_stats, Error, Logit, RowError};
+use t2po_control::{
+    mass_chunks, token_stats, token_stats_mass, Error, Logit, RowError, MASS_CHUNK,
+};
 use t2po_fixtures::{close, close_lse, reference};
 
 #[path = "common.rs"]
@@ -15,6 +18,25 @@ mod common;
 fn check<T: Logit>(row: &[T], j: u32) {
     let wide: Vec<f64> = row.iter().map(|x| x.to_f32() as f64).collect();
     let got = token_stats(row, j);
+    // With per-chunk masses: the same result, and each chunk's mass within 1e-5 relative of
+    // its f64 `Σ e^(x − max)` plus 1e-7 of the row's total (the test suite's bound).
+    let mut mass = vec![0.0; mass_chunks(row.len())];
+    let with = token_stats_mass(row, j, &mut mass);
+    assert_eq!(got, with, "token_stats_mass differs from token_stats");
+    if let Ok(s) = with {
+        let m = s.max_logit as f64;
+        let want: Vec<f64> = wide
+            .chunks(MASS_CHUNK)
+            .map(|c| c.iter().map(|&x| (x - m).exp()).sum())
+            .collect();
+        let total: f64 = want.iter().sum();
+        for (k, (&g, &w)) in mass.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-5 * w + 1e-7 * total,
+                "chunk {k}: mass {g}, want {w} (total {total})"
+            );
+        }
+    }
     if row.is_empty() {
         assert_eq!(got, Err(Error::Row(RowError::Empty)));
         return;

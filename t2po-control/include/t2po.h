@@ -38,6 +38,10 @@
 // binding compares `t2po_version()` with the value it was written for before any other call.
 #define T2PO_ABI_VERSION 1
 
+// Entries per chunk of `t2po_token_stats_mass_f32`'s probability masses (the statistics pass's
+// chunk).
+#define T2PO_MASS_CHUNK 2048
+
 // `t2po_seq.flags`: inside a think block now.
 #define T2PO_SEQ_INSIDE (1 << 0)
 
@@ -675,6 +679,47 @@ t2po_status t2po_token_stats_f16(const uint16_t *row,
                                  size_t len,
                                  uint32_t top_j,
                                  t2po_token_stats *out);
+
+// `t2po_token_stats_f32`, also writing the probability mass of each `T2PO_MASS_CHUNK`-entry
+// chunk of the row to `mass` (`mass_len` = `ceil(len / T2PO_MASS_CHUNK)` entries, else
+// `T2PO_STATUS_BAD_SIZE`): `mass[k] = Σ e^(x − max_logit)` over chunk `k`, as the statistics'
+// exp pass summed it, so `Σ mass ≈ e^(log_sum_exp − max_logit)`. A sampler at temperature 1
+// picks the chunk of its draw from these and exponentiates that chunk alone. The statistics
+// are `t2po_token_stats_f32`'s bit for bit.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_token_stats_mass_f32(const float *row,
+                                      size_t len,
+                                      uint32_t top_j,
+                                      double *mass,
+                                      size_t mass_len,
+                                      t2po_token_stats *out);
+
+// `t2po_token_stats_mass_f32` for a bf16 row (raw bf16 bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_token_stats_mass_bf16(const uint16_t *row,
+                                       size_t len,
+                                       uint32_t top_j,
+                                       double *mass,
+                                       size_t mass_len,
+                                       t2po_token_stats *out);
+
+// `t2po_token_stats_mass_f32` for an f16 row (raw IEEE half bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_token_stats_mass_f16(const uint16_t *row,
+                                      size_t len,
+                                      uint32_t top_j,
+                                      double *mass,
+                                      size_t mass_len,
+                                      t2po_token_stats *out);
 
 // Sets up `*seq` (caller-allocated, contents ignored) with a validated copy of `*config`.
 // On error `*seq` is not written.

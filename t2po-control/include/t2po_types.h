@@ -28,6 +28,10 @@
 // binding compares `t2po_version()` with the value it was written for before any other call.
 #define T2PO_ABI_VERSION 1
 
+// Entries per chunk of `t2po_token_stats_mass_f32`'s probability masses (the statistics pass's
+// chunk).
+#define T2PO_MASS_CHUNK 2048
+
 // `t2po_seq.flags`: inside a think block now.
 #define T2PO_SEQ_INSIDE (1 << 0)
 

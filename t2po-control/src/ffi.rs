@@ -19,7 +19,7 @@ use half::{bf16, f16};
 
 use crate::config::{Config, Profile};
 use crate::error::Status;
-use crate::stats::{token_stats, Logit, TokenStats};
+use crate::stats::{token_stats, token_stats_mass, Logit, TokenStats};
 use crate::tds::{Tds, TdsCounters, Verdict};
 use crate::tti::{observe_batch, observe_batch_stats, Event, Sequence, Step, ThinkStart};
 
@@ -410,6 +410,80 @@ pub unsafe extern "C" fn t2po_token_stats_f16(
     out: *mut TokenStats,
 ) -> Status {
     stats_of(row.cast::<f16>(), len, top_j, out)
+}
+
+fn stats_mass_of<T: Logit>(
+    row: *const T,
+    len: usize,
+    top_j: u32,
+    mass: *mut f64,
+    mass_len: usize,
+    out: *mut TokenStats,
+) -> Status {
+    boundary!({
+        tri!(check(out));
+        let row = tri!(slice(row, len));
+        let mass = tri!(slice_mut(mass, mass_len));
+        let stats = tri!(token_stats_mass(row, top_j, mass));
+        tri!(write(out, stats));
+        Status::Ok
+    })
+}
+
+/// [`t2po_token_stats_f32`], also writing the probability mass of each `T2PO_MASS_CHUNK`-entry
+/// chunk of the row to `mass` (`mass_len` = `ceil(len / T2PO_MASS_CHUNK)` entries, else
+/// `T2PO_STATUS_BAD_SIZE`): `mass[k] = Σ e^(x − max_logit)` over chunk `k`, as the statistics'
+/// exp pass summed it, so `Σ mass ≈ e^(log_sum_exp − max_logit)`. A sampler at temperature 1
+/// picks the chunk of its draw from these and exponentiates that chunk alone. The statistics
+/// are `t2po_token_stats_f32`'s bit for bit.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_token_stats_mass_f32(
+    row: *const f32,
+    len: usize,
+    top_j: u32,
+    mass: *mut f64,
+    mass_len: usize,
+    out: *mut TokenStats,
+) -> Status {
+    stats_mass_of(row, len, top_j, mass, mass_len, out)
+}
+
+/// [`t2po_token_stats_mass_f32`] for a bf16 row (raw bf16 bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_token_stats_mass_bf16(
+    row: *const u16,
+    len: usize,
+    top_j: u32,
+    mass: *mut f64,
+    mass_len: usize,
+    out: *mut TokenStats,
+) -> Status {
+    stats_mass_of(row.cast::<bf16>(), len, top_j, mass, mass_len, out)
+}
+
+/// [`t2po_token_stats_mass_f32`] for an f16 row (raw IEEE half bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_token_stats_mass_f16(
+    row: *const u16,
+    len: usize,
+    top_j: u32,
+    mass: *mut f64,
+    mass_len: usize,
+    out: *mut TokenStats,
+) -> Status {
+    stats_mass_of(row.cast::<f16>(), len, top_j, mass, mass_len, out)
 }
 
 /// Sets up `*seq` (caller-allocated, contents ignored) with a validated copy of `*config`.

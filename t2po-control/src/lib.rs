@@ -50,6 +50,8 @@ pub use config::{
 };
 pub use error::{ConfigError, Error, RowError, Status};
 pub use signal::SignalState;
-pub use stats::{token_stats, Logit, TokenStats};
+pub use stats::{mass_chunks, token_stats, token_stats_mass, Logit, TokenStats, MASS_CHUNK};
 pub use tds::{Tds, TdsCounters, TurnAccumulator, Verdict};
-pub use tti::{observe_batch, observe_batch_stats, Event, Sequence, Step, ThinkStart};
+pub use tti::{
+    observe_batch, observe_batch_mass, observe_batch_stats, Event, Sequence, Step, ThinkStart,
+};

@@ -10,7 +10,7 @@
 use crate::config::{Config, Trigger, WINDOW_CAPACITY};
 use crate::error::{Error, Status};
 use crate::signal::SignalState;
-use crate::stats::{token_stats_wide, Logit, TokenStats};
+use crate::stats::{mass_chunks, token_stats_wide, Logit, TokenStats};
 use crate::tds::TurnAccumulator;
 
 /// Where a generation starts with respect to `<think>` (`t2po_think_start`).
@@ -248,7 +248,33 @@ impl Sequence {
         if let Some(step) = self.forced_step()? {
             return Ok((step, None));
         }
-        let w = token_stats_wide(row, self.config.top_j)?;
+        self.observe_read(row, None)
+    }
+
+    /// [`observe_row_stats`](Self::observe_row_stats), also writing the row's per-chunk
+    /// probability masses to `mass` as [`token_stats_mass`](crate::token_stats_mass) does
+    /// (`mass.len()` = [`mass_chunks`]`(row.len())`; untouched on a forced step): a sampler at
+    /// temperature 1 draws from them and the statistics' max without another pass over the
+    /// row. The step is the one [`observe_row`](Self::observe_row) returns, bit for bit.
+    pub fn observe_row_mass<T: Logit>(
+        &mut self,
+        row: &[T],
+        mass: &mut [f64],
+    ) -> Result<(Step, Option<TokenStats>), Error> {
+        if let Some(step) = self.forced_step()? {
+            return Ok((step, None));
+        }
+        self.observe_read(row, Some(mass))
+    }
+
+    /// The unforced step: the row's statistics, then the signal and the rule.
+    #[inline]
+    fn observe_read<T: Logit>(
+        &mut self,
+        row: &[T],
+        mass: Option<&mut [f64]>,
+    ) -> Result<(Step, Option<TokenStats>), Error> {
+        let w = token_stats_wide(row, self.config.top_j, mass)?;
         let step = self.observe_unforced(w.entropy, w.confidence, w.stats.vocab);
         Ok((step, Some(w.stats)))
     }
@@ -509,7 +535,7 @@ pub fn observe_batch<T: Logit>(
     row_stride: usize,
     steps: &mut [Step],
 ) -> Result<(), Error> {
-    observe_batch_impl(seqs, logits, vocab, row_stride, steps, None)
+    observe_batch_impl(seqs, logits, vocab, row_stride, steps, None, None)
 }
 
 /// [`observe_batch`], also writing each row's statistics to `stats` (one entry per sequence:
@@ -526,7 +552,38 @@ pub fn observe_batch_stats<T: Logit>(
     if stats.len() != seqs.len() {
         return Err(Error::Size("one stats entry per sequence"));
     }
-    observe_batch_impl(seqs, logits, vocab, row_stride, steps, Some(stats))
+    observe_batch_impl(seqs, logits, vocab, row_stride, steps, Some(stats), None)
+}
+
+/// [`observe_batch_stats`], also writing each read row's per-chunk probability masses
+/// ([`Sequence::observe_row_mass`]): row `b`'s are `mass[b·n .. (b + 1)·n]` with
+/// `n = `[`mass_chunks`]`(vocab)`, untouched for a forced step. `mass.len()` must be `B·n`.
+pub fn observe_batch_mass<T: Logit>(
+    seqs: &mut [Sequence],
+    logits: &[T],
+    vocab: usize,
+    row_stride: usize,
+    steps: &mut [Step],
+    stats: &mut [Option<TokenStats>],
+    mass: &mut [f64],
+) -> Result<(), Error> {
+    if stats.len() != seqs.len() {
+        return Err(Error::Size("one stats entry per sequence"));
+    }
+    if seqs.len().checked_mul(mass_chunks(vocab)) != Some(mass.len()) {
+        return Err(Error::Size(
+            "mass must hold mass_chunks(vocab) entries per sequence",
+        ));
+    }
+    observe_batch_impl(
+        seqs,
+        logits,
+        vocab,
+        row_stride,
+        steps,
+        Some(stats),
+        Some(mass),
+    )
 }
 
 fn observe_batch_impl<T: Logit>(
@@ -536,6 +593,7 @@ fn observe_batch_impl<T: Logit>(
     row_stride: usize,
     steps: &mut [Step],
     mut stats: Option<&mut [Option<TokenStats>]>,
+    mut mass: Option<&mut [f64]>,
 ) -> Result<(), Error> {
     let batch = seqs.len();
     if batch == 0 || steps.len() != batch {
@@ -555,7 +613,14 @@ fn observe_batch_impl<T: Logit>(
     let mut failed = 0;
     for (b, (seq, out)) in seqs.iter_mut().zip(steps.iter_mut()).enumerate() {
         let row = &logits[b * row_stride..b * row_stride + vocab];
-        let (step, row_stats) = match seq.observe_row_stats(row) {
+        let observed = match mass.as_deref_mut() {
+            Some(m) => {
+                let n = mass_chunks(vocab);
+                seq.observe_row_mass(row, &mut m[b * n..(b + 1) * n])
+            }
+            None => seq.observe_row_stats(row),
+        };
+        let (step, row_stats) = match observed {
             Ok(r) => r,
             Err(e) => {
                 failed += 1;
@@ -779,6 +844,73 @@ mod tests {
         let mut short = [None; 2];
         assert!(matches!(
             observe_batch_stats(&mut with, &rows, V, V, &mut b, &mut short),
+            Err(Error::Size(_))
+        ));
+        assert_eq!(with, before);
+    }
+
+    #[test]
+    fn observe_batch_mass_equals_observe_batch_stats_and_hands_back_each_read_rows_masses() {
+        // Rows of three chunks (4,100 entries); sequence 0 fires early, then is forced.
+        use std::vec;
+        let mut c = cfg();
+        c.min_len = 2;
+        c.max_think = 4;
+        const V: usize = 4100;
+        let n = mass_chunks(V);
+        assert_eq!(n, 3);
+        let seq = Sequence::new(&c).unwrap();
+        let mut plain = [seq; 3];
+        for s in &mut plain {
+            s.begin_generation(ThinkStart::Inside);
+        }
+        let mut with = plain;
+        let mut rows = vec![0f32; 3 * V];
+        let (mut a, mut b) = ([Step::default(); 3], [Step::default(); 3]);
+        let (mut sa, mut sb) = ([None; 3], [None; 3]);
+        let mut mass = vec![0f64; 3 * n];
+        let mut forced_seen = 0;
+        for t in 0..8u32 {
+            for (i, x) in rows.iter_mut().enumerate() {
+                *x = ((i as u32 * 7 + t * 13) % 23) as f32 * 0.31 - 3.0 + (i / V) as f32;
+            }
+            mass.fill(-1.0);
+            observe_batch_stats(&mut plain, &rows, V, V, &mut a, &mut sa).unwrap();
+            observe_batch_mass(&mut with, &rows, V, V, &mut b, &mut sb, &mut mass).unwrap();
+            assert_eq!((a, sa), (b, sb));
+            for r in 0..3 {
+                let got = &mass[r * n..(r + 1) * n];
+                match a[r].forced() {
+                    Some(tok) => {
+                        forced_seen += 1;
+                        assert_eq!(got, &[-1.0; 3], "a forced step writes no mass");
+                        plain[r].accept(tok).unwrap();
+                        with[r].accept(tok).unwrap();
+                    }
+                    None => {
+                        let mut want = [0f64; 3];
+                        let row = &rows[r * V..(r + 1) * V];
+                        crate::stats::token_stats_mass(row, c.top_j, &mut want).unwrap();
+                        assert_eq!(got, &want);
+                        plain[r].accept(100).unwrap();
+                        with[r].accept(100).unwrap();
+                    }
+                }
+            }
+            assert_eq!(plain, with);
+        }
+        assert!(forced_seen > 0, "the test must cover forced steps");
+        // A mass slice of the wrong length changes nothing.
+        let before = with;
+        let mut short = vec![0f64; 3 * n - 1];
+        assert!(matches!(
+            observe_batch_mass(&mut with, &rows, V, V, &mut b, &mut sb, &mut short),
+            Err(Error::Size(_))
+        ));
+        assert_eq!(with, before);
+        // Nor does one on a single row.
+        assert!(matches!(
+            with[1].observe_row_mass(&rows[..V], &mut short[..2]),
             Err(Error::Size(_))
         ));
         assert_eq!(with, before);

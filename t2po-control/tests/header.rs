@@ -47,6 +47,9 @@ const C_NAMES: &[(&str, &str)] = &[
         "t2po_seq_observe_batch_stats_f32",
     ),
     ("t2po_step_apply_f32", "t2po_step_apply_f32"),
+    ("t2po_token_stats_f32", "t2po_token_stats_f32"),
+    ("t2po_token_stats_mass_f32", "t2po_token_stats_mass_f32"),
+    ("token_stats_mass", "t2po_token_stats_mass_f32"),
 ];
 
 /// Rewrites rustdoc links (`` [`x`] `` and `` [`x`](target) ``) in the generated comments as

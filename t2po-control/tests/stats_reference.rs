@@ -10,7 +10,7 @@
 
 use half::{bf16, f16};
 use proptest::prelude::*;
-use t2po_control::{token_stats, Logit, TokenStats};
+use t2po_control::{mass_chunks, token_stats, token_stats_mass, Logit, TokenStats, MASS_CHUNK};
 use t2po_fixtures::rows::{families, fits_f16};
 use t2po_fixtures::{reference, Reference, Rng};
 
@@ -37,6 +37,7 @@ fn check<T: Logit>(row: &[T], j: u32, what: &str) -> f64 {
         "{what} (V={}, j={j}): got {got:?}, want H={h} C={c} max={m} lse={lse} k={k}",
         row.len()
     );
+    check_mass(row, j, &wide, m, &got, what);
     // Worst relative error seen on values away from 0, for the report below.
     [
         (got.entropy, h),
@@ -47,6 +48,41 @@ fn check<T: Logit>(row: &[T], j: u32, what: &str) -> f64 {
     .filter(|&&(_, w)| w.abs() > 1e-2)
     .map(|&(g, w)| (g as f64 - w).abs() / w.abs())
     .fold(0.0, f64::max)
+}
+
+/// `token_stats_mass`: the same statistics bit for bit, and each chunk's mass
+/// `Σ e^(x − max)` within `1e-5` relative of the f64 sum plus `1e-7` of the row's total mass
+/// (≥ 1: the max entry's own term), the scale at which a sampler compares them.
+fn check_mass<T: Logit>(row: &[T], j: u32, wide: &[f64], m: f64, got: &TokenStats, what: &str) {
+    let mut mass = vec![f64::NAN; mass_chunks(row.len())];
+    let with = token_stats_mass(row, j, &mut mass).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(
+        &with, got,
+        "{what}: token_stats_mass changed the statistics"
+    );
+    let want: Vec<f64> = wide
+        .chunks(MASS_CHUNK)
+        .map(|c| c.iter().map(|&x| (x - m).exp()).sum())
+        .collect();
+    let total: f64 = want.iter().sum();
+    for (k, (&g, &w)) in mass.iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * w + 1e-7 * total,
+            "{what} (V={}, j={j}): chunk {k} mass {g}, want {w} (total {total})",
+            row.len()
+        );
+    }
+}
+
+#[test]
+fn a_mass_slice_of_the_wrong_length_is_an_error() {
+    let row = vec![0.5f32; 4097];
+    assert_eq!(mass_chunks(4097), 3);
+    for n in [0usize, 2, 4] {
+        let mut mass = vec![0.0; n];
+        let e = token_stats_mass(&row, 20, &mut mass).unwrap_err();
+        assert!(e.to_string().contains("mass"), "{e}");
+    }
 }
 
 #[test]

@@ -1,18 +1,21 @@
 //! The one per-token caller of the control kernel. Each decode step, in the spec's order:
-//! the **raw** logits of every active row go through `t2po_control::observe_batch_stats`
+//! the **raw** logits of every active row go through `t2po_control::observe_batch_mass`
 //! (statistics, `M_t`, the TTI decision); a forced step replaces sampling; otherwise temperature /
 //! top-p sampling draws one token from the row's own generator; then `accept(token)`.
 //!
 //! The draw reuses what the kernel's pass over the row computed: the row's max (no max pass of
-//! its own at any temperature) and, at `T = 1` without a nucleus, its log-sum-exp, so the draw's
-//! inverse-CDF search stops at the drawn entry instead of exponentiating the whole row first, and
-//! greedy decoding needs no exponential at all. A sampler without the kernel
+//! its own at any temperature), its log-sum-exp and, at `T = 1` without a nucleus, the mass of
+//! each 2048-entry chunk (`t2po_control::observe_batch_mass`), so the draw's inverse-CDF search
+//! picks the chunk from those and exponentiates only that chunk, up to the drawn entry, instead
+//! of the row; greedy decoding needs no exponential at all. A sampler without the kernel
 //! ([`Sampler::sample_only`]) makes both passes itself.
 
 use rand::Rng;
 use rand_chacha::ChaCha12Rng;
 use rayon::prelude::*;
-use t2po_control::{observe_batch_stats, Event, Sequence, Step, TokenStats};
+use t2po_control::{
+    mass_chunks, observe_batch_mass, Event, Sequence, Step, TokenStats, MASS_CHUNK,
+};
 
 use crate::error::{Error, Result};
 use crate::model::fused::{exp_neg, max_of};
@@ -173,6 +176,72 @@ fn search_cumulative(row: &[f32], max: f32, target: f64) -> Option<usize> {
     None
 }
 
+/// The inverse-CDF draw at `u ∈ [0, 1)` from the kernel's per-chunk masses of `row` (relative
+/// to its `max`): the first chunk whose running mass exceeds `u·Σ mass`, then the entry inside
+/// it, searched from whichever end of the chunk is nearer in mass: [`search_cumulative`] against
+/// the rest of the target from the front, [`search_suffix`] against the chunk's mass minus it
+/// from the back (the same entry, up to rounding; half a chunk of exponentials at most). When
+/// the sampler's own sum of that chunk falls a rounding short of the kernel's, the chunk's
+/// last (front search) or first (back search) entry of non-zero probability.
+fn search_mass(row: &[f32], max: f32, mass: &[f64], u: f64) -> usize {
+    let target = u * mass.iter().sum::<f64>();
+    let mut acc = 0.0f64;
+    for (k, &m) in mass.iter().enumerate() {
+        if acc + m > target {
+            let lo = k * MASS_CHUNK;
+            let chunk = &row[lo..row.len().min(lo + MASS_CHUNK)];
+            let inner = target - acc;
+            let at = if inner <= 0.5 * m {
+                search_cumulative(chunk, max, inner).unwrap_or_else(|| last_positive(chunk, max))
+            } else {
+                search_suffix(chunk, max, m - inner).unwrap_or_else(|| first_positive(chunk, max))
+            };
+            return lo + at;
+        }
+        acc += m;
+    }
+    last_positive(row, max)
+}
+
+/// [`search_cumulative`] from the back: the last entry `i` of `row` at which the suffix sum
+/// `Σ_{j ≥ i} e^(row[j] − max)` reaches `target > 0`, block by block from the end. For a row of
+/// total `S`, that is the first entry whose running sum exceeds `S − target` (the suffix from
+/// `i` reaches `target` exactly when the prefix before `i` stays at or below `S − target`).
+/// `None` when the whole row sums to less than `target` (rounding, with `target` from another
+/// pass's sum).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn search_suffix(row: &[f32], max: f32, target: f64) -> Option<usize> {
+    let mut block = [0f32; BLOCK];
+    let mut acc = 0.0f64;
+    for j in (0..row.len().div_ceil(BLOCK)).rev() {
+        let x = &row[j * BLOCK..row.len().min((j + 1) * BLOCK)];
+        let p = &mut block[..x.len()];
+        let bs = exp_block(x, max, 1.0, p) as f64;
+        if acc + bs >= target {
+            let mut inner = acc;
+            for (i, &q) in p.iter().enumerate().rev() {
+                inner += q as f64;
+                if inner >= target && q > 0.0 {
+                    return Some(j * BLOCK + i);
+                }
+            }
+            // The block's lane sum and its in-order sum differ by a rounding.
+            if let Some(i) = p.iter().position(|&q| q > 0.0) {
+                return Some(j * BLOCK + i);
+            }
+        }
+        acc += bs;
+    }
+    None
+}
+
+/// The first entry whose `e^(x − max)` is not 0 (where a search from the back lands at `u → 0`).
+fn first_positive(row: &[f32], max: f32) -> usize {
+    row.iter()
+        .position(|&x| x != f32::NEG_INFINITY && exp_neg(x - max) > 0.0)
+        .unwrap_or(0)
+}
+
 /// The last entry whose `e^(x − max)` is not 0 (where an inverse-CDF search lands at `u → 1`).
 fn last_positive(row: &[f32], max: f32) -> usize {
     row.iter()
@@ -224,6 +293,9 @@ pub struct Sampler {
     steps: Vec<Step>,
     /// The kernel's statistics of each row (`None` on forced steps).
     stats: Vec<Option<TokenStats>>,
+    /// The kernel's per-chunk masses of each row ([`mass_chunks`] per row; stale on forced
+    /// steps, which do not read them).
+    mass: Vec<f64>,
     /// One per parallel chunk of rows.
     scratch: Vec<RowScratch>,
 }
@@ -236,6 +308,7 @@ impl Sampler {
             params,
             steps: Vec::new(),
             stats: Vec::new(),
+            mass: Vec::new(),
             scratch: Vec::new(),
         })
     }
@@ -280,6 +353,8 @@ impl Sampler {
         }
         self.steps.resize(b, Step::default());
         self.stats.resize(b, None);
+        let n = mass_chunks(vocab);
+        self.mass.resize(b * n, 0.0);
         out.clear();
         out.resize(b, NO_DRAW);
         let per = self.chunks(b);
@@ -289,11 +364,12 @@ impl Sampler {
             .zip(logits.par_chunks(per * vocab))
             .zip(self.steps.par_chunks_mut(per))
             .zip(self.stats.par_chunks_mut(per))
+            .zip(self.mass.par_chunks_mut(per * n))
             .zip(out.par_chunks_mut(per))
             .zip(self.scratch.par_iter_mut())
-            .try_for_each(|((((((s, g), l), st), ks), o), sc)| -> Result<()> {
+            .try_for_each(|(((((((s, g), l), st), ks), km), o), sc)| -> Result<()> {
                 sc.fit(vocab);
-                observe_batch_stats(s, l, vocab, vocab, st, ks)?;
+                observe_batch_mass(s, l, vocab, vocab, st, ks, km)?;
                 for (r, row) in l.chunks_exact(vocab).enumerate() {
                     let step = st[r];
                     let forced = step.forced();
@@ -307,7 +383,13 @@ impl Sampler {
                             }
                             (t, log_prob(&params, sc, row, t))
                         }
-                        None => draw_with(&params, sc, row, &mut g[r], ks[r].as_ref()),
+                        None => draw_with(
+                            &params,
+                            sc,
+                            row,
+                            &mut g[r],
+                            ks[r].as_ref().map(|k| (k, &km[r * n..(r + 1) * n])),
+                        ),
                     };
                     // Read before `accept`: the token may close the think block. After the
                     // observe, TTI is armed still unless it fired at this very step, and it was
@@ -399,12 +481,13 @@ fn draw(
     draw_with(params, sc, row, rng, None)
 }
 
-/// [`draw`], with the control kernel's statistics of the same raw row when it computed them:
-/// its max replaces the max pass; at `T = 0` the argmax and `x − lse` need no exponential; at
-/// `T = 1` without a nucleus the search runs against `u·e^(lse − max)` and stops at the drawn
-/// entry. That total comes from the kernel's own sum (both within ~1e-6 relative of the exact
+/// [`draw`], with the control kernel's statistics and per-chunk masses of the same raw row when
+/// it computed them: its max replaces the max pass; at `T = 0` the argmax and `x − lse` need no
+/// exponential; at `T = 1` without a nucleus the target `u·Σ mass` picks the chunk from the
+/// masses, and the search runs inside that chunk alone and stops at the drawn entry
+/// ([`search_mass`]). The masses are the kernel's sums (each within ~1e-6 relative of the exact
 /// one), so a draw can differ from [`draw`]'s only when `u` falls within that rounding of a
-/// boundary between two entries (with `u` within it of 1, the last entry of non-zero
+/// boundary between two entries (or chunks: then the chunk's last entry of non-zero
 /// probability, as an inverse-CDF draw at `u → 1`). Log-probs are `x − lse` (the kernel's
 /// log-sum-exp: ≤ 1e-6 absolute error plus the f32 rounding of `lse`).
 fn draw_with(
@@ -412,24 +495,27 @@ fn draw_with(
     sc: &mut RowScratch,
     row: &[f32],
     rng: &mut ChaCha12Rng,
-    known: Option<&TokenStats>,
+    known: Option<(&TokenStats, &[f64])>,
 ) -> (u32, f32) {
     let inv_t = inverse_temperature(params);
-    if let Some(k) = known {
-        let (max, lse) = (k.max_logit, k.log_sum_exp);
+    let known = known.map(|(k, mass)| {
         if params.temperature == 0.0 {
             let _: f64 = rng.random::<f64>();
-            let token = row.iter().position(|&v| v == max).unwrap_or(0);
-            return (token as u32, row[token] - lse);
+            let token = row.iter().position(|&v| v == k.max_logit).unwrap_or(0);
+            return Ok((token as u32, row[token] - k.log_sum_exp));
         }
         if params.temperature == 1.0 && params.top_p >= 1.0 {
             let u: f64 = rng.random::<f64>();
-            let total = (lse as f64 - max as f64).exp();
-            let token =
-                search_cumulative(row, max, u * total).unwrap_or_else(|| last_positive(row, max));
-            return (token as u32, row[token] - lse);
+            let token = search_mass(row, k.max_logit, mass, u);
+            return Ok((token as u32, row[token] - k.log_sum_exp));
         }
-    }
+        Err(k)
+    });
+    let known = match known {
+        Some(Ok(drawn)) => return drawn,
+        Some(Err(k)) => Some(k),
+        None => None,
+    };
     let (max, total) = match known {
         Some(k) => sc.exp_pass_from(row, k.max_logit, inv_t),
         None => sc.exp_pass(row, inv_t),
@@ -802,17 +888,79 @@ mod tests {
     }
 
     #[test]
+    fn the_search_from_the_back_finds_the_entry_the_search_from_the_front_finds() {
+        // Rows of one chunk and of a partial block, with masked entries (probability 0): for
+        // targets spread over the mass, the suffix search against `S − t` lands where the
+        // prefix search against `t` does, except within rounding of a boundary between two
+        // neighbouring entries of non-zero probability.
+        let mut g = ChaCha12Rng::seed_from_u64(5);
+        for len in [1usize, 63, 100, 2048] {
+            let mut row: Vec<f32> = (0..len).map(|_| g.random::<f32>() * 6.0 - 3.0).collect();
+            for (i, x) in row.iter_mut().enumerate() {
+                if i % 7 == 3 {
+                    *x = f32::NEG_INFINITY;
+                }
+            }
+            let max = max_of(&row);
+            let p: Vec<f64> = row
+                .iter()
+                .map(|&x| {
+                    if x == f32::NEG_INFINITY {
+                        0.0
+                    } else {
+                        exp_neg(x - max) as f64
+                    }
+                })
+                .collect();
+            let total: f64 = p.iter().sum();
+            let mut mismatches = 0;
+            for k in 0..2_000 {
+                let t = total * (k as f64 + 0.5) / 2_000.0;
+                let front = search_cumulative(&row, max, t).unwrap();
+                let back = search_suffix(&row, max, total - t).unwrap();
+                assert!(p[front] > 0.0 && p[back] > 0.0);
+                if front != back {
+                    mismatches += 1;
+                    let (lo, hi) = (front.min(back), front.max(back));
+                    assert!(p[lo + 1..hi].iter().all(|&q| q == 0.0), "{front} vs {back}");
+                }
+            }
+            assert!(
+                mismatches <= 4,
+                "{mismatches} of 2000 targets differ (V {len})"
+            );
+            // A target above the row's sum is not found; the fallbacks name the edges.
+            assert_eq!(search_suffix(&row, max, 2.0 * total), None);
+            assert_eq!(
+                first_positive(&row, max),
+                p.iter().position(|&q| q > 0.0).unwrap()
+            );
+        }
+    }
+
+    #[test]
     fn draws_from_the_kernels_statistics_equal_the_samplers_own_passes() {
-        // Rows of several lengths (one block, blocks with a partial tail, the default vocab),
-        // peaked and flat, with a masked tail; the kernel's statistics of each row handed to
+        // Rows of several lengths (one block, blocks with a partial tail, the default vocab, four
+        // chunks with masked ones), peaked and flat, with a masked tail; the kernel's statistics
+        // and chunk masses of each row handed to
         // the draw give the same tokens as the sampler's own two passes from the same
         // generator states, and log-probs within 1e-5 of an f64 reference.
         let mut g = ChaCha12Rng::seed_from_u64(11);
         let mut rows = Vec::new();
-        for (len, scale) in [(10usize, 1.0f32), (300, 3.0), (4096, 2.0), (4096, 12.0)] {
+        for (len, scale) in [
+            (10usize, 1.0f32),
+            (300, 3.0),
+            (4096, 2.0),
+            (4096, 12.0),
+            (6200, 2.0),
+        ] {
             let mut row: Vec<f32> = (0..len).map(|_| g.random::<f32>() * scale - 5.0).collect();
             let tail = len / 10;
             row[len - tail..].fill(f32::NEG_INFINITY);
+            if len == 6200 {
+                // Four chunks: the second masked whole (mass 0), the last masked whole.
+                row[2048..4096].fill(f32::NEG_INFINITY);
+            }
             rows.push(row);
         }
         let params = [
@@ -825,7 +973,8 @@ mod tests {
         for (temperature, top_p) in params {
             let params = SamplingParams { temperature, top_p };
             for row in &rows {
-                let stats = t2po_control::token_stats(row.as_slice(), 20).unwrap();
+                let mut mass = vec![0.0; mass_chunks(row.len())];
+                let stats = t2po_control::token_stats_mass(row.as_slice(), 20, &mut mass).unwrap();
                 assert_eq!(stats.max_logit, max_of(row));
                 let t = if temperature > 0.0 {
                     temperature as f64
@@ -839,7 +988,7 @@ mod tests {
                 let mut mismatches = 0;
                 for _ in 0..2_000 {
                     let (ta, _) = draw(&params, &mut a, row, &mut ga);
-                    let (tb, lb) = draw_with(&params, &mut b, row, &mut gb, Some(&stats));
+                    let (tb, lb) = draw_with(&params, &mut b, row, &mut gb, Some((&stats, &mass)));
                     if ta != tb {
                         // Only where `u` falls within the two sums' rounding of the boundary
                         // between two neighbouring entries of non-zero probability.

@@ -2,7 +2,8 @@
  * -fsanitize=address,undefined and linked with the static library.
  * Covers: a full decode loop with a TTI forced stop (f32, bf16, f16 rows, batched), TDS over
  * turns, and every error path of the ABI; the version and layout queries a binding checks at
- * load, the bulk prompt accept, the TTI-armed flag, the model-closed event and TDS counters. Prints "c abi: N checks passed" on success. */
+ * load, the bulk prompt accept, the TTI-armed flag, the model-closed event, TDS counters and
+ * the statistics with per-chunk masses. Prints "c abi: N checks passed" on success. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -286,6 +287,46 @@ static void batched_stats(void) {
   free(a);
   free(b_steps);
   free(stats);
+}
+
+/* t2po_token_stats_mass_*: the statistics of t2po_token_stats_* byte for byte, chunk masses
+ * that sum to e^(lse - max) and match a double sum of each chunk, and the size errors. */
+static void stats_mass(void) {
+  enum { N = 5000, CHUNKS = (N + T2PO_MASS_CHUNK - 1) / T2PO_MASS_CHUNK };
+  float *row = malloc(sizeof(float) * N);
+  uint16_t *half = malloc(sizeof(uint16_t) * N);
+  double mass[CHUNKS + 1];
+  t2po_token_stats want, got;
+  for (int i = 0; i < N; i++) row[i] = frand() * 6.0f - 3.0f;
+  for (int i = 2048; i < 2100; i++) row[i] = -INFINITY; /* masked tokens */
+  EXPECT_STATUS(t2po_token_stats_f32(row, N, 20, &want), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_token_stats_mass_f32(row, N, 20, mass, CHUNKS, &got), T2PO_STATUS_OK);
+  CHECK(memcmp(&want, &got, sizeof want) == 0);
+  double total = 0.0;
+  for (int k = 0; k < CHUNKS; k++) {
+    double exact = 0.0;
+    for (int i = k * T2PO_MASS_CHUNK; i < N && i < (k + 1) * T2PO_MASS_CHUNK; i++)
+      exact += exp((double)row[i] - (double)got.max_logit);
+    CHECK(fabs(mass[k] - exact) <= 1e-5 * exact);
+    total += mass[k];
+  }
+  CHECK(fabs(total - exp((double)got.log_sum_exp - (double)got.max_logit)) <= 1e-5 * total);
+  for (int i = 0; i < N; i++) half[i] = to_bf16(row[i]);
+  EXPECT_STATUS(t2po_token_stats_bf16(half, N, 20, &want), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_token_stats_mass_bf16(half, N, 20, mass, CHUNKS, &got), T2PO_STATUS_OK);
+  CHECK(memcmp(&want, &got, sizeof want) == 0);
+  for (int i = 0; i < N; i++) half[i] = to_f16(frand() * 4.0f);
+  EXPECT_STATUS(t2po_token_stats_f16(half, N, 20, &want), T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_token_stats_mass_f16(half, N, 20, mass, CHUNKS, &got), T2PO_STATUS_OK);
+  CHECK(memcmp(&want, &got, sizeof want) == 0);
+  /* One mass entry too few or too many, none, or no buffer. */
+  EXPECT_STATUS(t2po_token_stats_mass_f32(row, N, 20, mass, CHUNKS - 1, &got), T2PO_STATUS_BAD_SIZE);
+  EXPECT_STATUS(t2po_token_stats_mass_f32(row, N, 20, mass, CHUNKS + 1, &got), T2PO_STATUS_BAD_SIZE);
+  EXPECT_STATUS(t2po_token_stats_mass_f32(row, N, 20, mass, 0, &got), T2PO_STATUS_BAD_SIZE);
+  EXPECT_STATUS(t2po_token_stats_mass_f32(row, N, 20, NULL, CHUNKS, &got), T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_token_stats_mass_f32(row, N, 20, mass, CHUNKS, NULL), T2PO_STATUS_NULL_POINTER);
+  free(half);
+  free(row);
 }
 
 static void tds_turns(void) {
@@ -691,6 +732,7 @@ int main(void) {
   full_loops();
   batched();
   batched_stats();
+  stats_mass();
   tds_turns();
   error_paths();
   if (failures) {
