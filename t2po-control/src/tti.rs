@@ -794,19 +794,25 @@ mod tests {
         assert_eq!(Step::default().apply(&mut row), Ok(false));
     }
 
+    /// A config whose rule may fire from the third token (budget 4), and three sequences
+    /// generating inside a think block under it.
+    fn three_early_firing() -> (Config, [Sequence; 3]) {
+        let mut c = cfg();
+        c.min_len = 2;
+        c.max_think = 4;
+        let mut seqs = [Sequence::new(&c).unwrap(); 3];
+        for s in &mut seqs {
+            s.begin_generation(ThinkStart::Inside);
+        }
+        (c, seqs)
+    }
+
     #[test]
     fn observe_batch_stats_equals_observe_batch_and_hands_back_each_read_rows_stats() {
         // Two identical batches of three sequences: one sees `observe_batch`, the other
         // `observe_batch_stats`, over rows that make sequence 0 fire (then force) early.
-        let mut c = cfg();
-        c.min_len = 2;
-        c.max_think = 4;
+        let (c, mut plain) = three_early_firing();
         const V: usize = 37;
-        let seq = Sequence::new(&c).unwrap();
-        let mut plain = [seq; 3];
-        for s in &mut plain {
-            s.begin_generation(ThinkStart::Inside);
-        }
         let mut with = plain;
         let mut rows = [0f32; 3 * V];
         let (mut a, mut b) = ([Step::default(); 3], [Step::default(); 3]);
@@ -853,17 +859,10 @@ mod tests {
     fn observe_batch_mass_equals_observe_batch_stats_and_hands_back_each_read_rows_masses() {
         // Rows of three chunks (4,100 entries); sequence 0 fires early, then is forced.
         use std::vec;
-        let mut c = cfg();
-        c.min_len = 2;
-        c.max_think = 4;
+        let (c, mut plain) = three_early_firing();
         const V: usize = 4100;
         let n = mass_chunks(V);
         assert_eq!(n, 3);
-        let seq = Sequence::new(&c).unwrap();
-        let mut plain = [seq; 3];
-        for s in &mut plain {
-            s.begin_generation(ThinkStart::Inside);
-        }
         let mut with = plain;
         let mut rows = vec![0f32; 3 * V];
         let (mut a, mut b) = ([Step::default(); 3], [Step::default(); 3]);

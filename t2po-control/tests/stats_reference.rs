@@ -14,7 +14,7 @@ use t2po_control::{mass_chunks, token_stats, token_stats_mass, Logit, TokenStats
 use t2po_fixtures::rows::{families, fits_f16};
 use t2po_fixtures::{reference, Reference, Rng};
 
-use t2po_fixtures::{close, close_lse};
+use t2po_fixtures::{chunk_masses, close, close_lse, close_mass};
 
 fn check<T: Logit>(row: &[T], j: u32, what: &str) -> f64 {
     let wide: Vec<f64> = row.iter().map(|x| x.to_f32() as f64).collect();
@@ -60,14 +60,11 @@ fn check_mass<T: Logit>(row: &[T], j: u32, wide: &[f64], m: f64, got: &TokenStat
         &with, got,
         "{what}: token_stats_mass changed the statistics"
     );
-    let want: Vec<f64> = wide
-        .chunks(MASS_CHUNK)
-        .map(|c| c.iter().map(|&x| (x - m).exp()).sum())
-        .collect();
+    let want = chunk_masses(wide, m, MASS_CHUNK);
     let total: f64 = want.iter().sum();
     for (k, (&g, &w)) in mass.iter().zip(&want).enumerate() {
         assert!(
-            (g - w).abs() <= 1e-5 * w + 1e-7 * total,
+            close_mass(g, w, total),
             "{what} (V={}, j={j}): chunk {k} mass {g}, want {w} (total {total})",
             row.len()
         );

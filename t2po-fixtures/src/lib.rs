@@ -13,5 +13,7 @@ pub mod reference;
 pub mod rng;
 pub mod rows;
 
-pub use reference::{close, close_lse, reference, Reference, ABS, ABS_LSE, REL};
+pub use reference::{
+    chunk_masses, close, close_lse, close_mass, reference, Reference, ABS, ABS_LSE, ABS_MASS, REL,
+};
 pub use rng::Rng;

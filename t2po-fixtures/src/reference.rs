@@ -4,7 +4,8 @@
 //! 0 (a one-hot row's entropy), where a relative bound means nothing — and
 //! `≤ 1e-5·|ref| + 1e-6` for the log-sum-exp: `lse = m + ln s` carries the relative error of the
 //! f32 sum `s` as an absolute error, whatever `m` is, so a row whose lse is near 0 needs the
-//! wider floor ([`close_lse`]).
+//! wider floor ([`close_lse`]). Each chunk's mass from `token_stats_mass` is within `1e-5`
+//! relative plus `1e-7` of the row's total mass of [`chunk_masses`] ([`close_mass`]).
 
 /// Relative tolerance of every statistic.
 pub const REL: f64 = 1e-5;
@@ -63,6 +64,24 @@ pub fn close(got: f32, want: f64) -> bool {
 /// Whether a log-sum-exp `got` is within the contract's tolerance of `want`.
 pub fn close_lse(got: f32, want: f64) -> bool {
     (got as f64 - want).abs() <= REL * want.abs() + ABS_LSE
+}
+
+/// Absolute floor of the tolerance of a chunk's mass, as a share of the row's total mass.
+pub const ABS_MASS: f64 = 1e-7;
+
+/// The f64 mass `Σ e^(x − max)` of each `chunk`-entry chunk of `row` (what
+/// `t2po_control::token_stats_mass` writes), for a row whose largest entry is `max`.
+pub fn chunk_masses(row: &[f64], max: f64, chunk: usize) -> Vec<f64> {
+    row.chunks(chunk)
+        .map(|c| c.iter().map(|&x| (x - max).exp()).sum())
+        .collect()
+}
+
+/// Whether a chunk's mass `got` is within the contract of `want`: `1e-5` relative plus
+/// [`ABS_MASS`] of the row's `total` mass (≥ 1, the max entry's own term; the scale a sampler
+/// compares masses at, where a chunk far below the max holds nothing it could draw).
+pub fn close_mass(got: f64, want: f64, total: f64) -> bool {
+    (got - want).abs() <= REL * want + ABS_MASS * total
 }
 
 #[cfg(test)]
