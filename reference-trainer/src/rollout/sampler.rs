@@ -182,7 +182,10 @@ fn search_cumulative(row: &[f32], max: f32, target: f64) -> Option<usize> {
 /// the rest of the target from the front, [`search_suffix`] against the chunk's mass minus it
 /// from the back (the same entry, up to rounding; half a chunk of exponentials at most). When
 /// the sampler's own sum of that chunk falls a rounding short of the kernel's, the chunk's
-/// last (front search) or first (back search) entry of non-zero probability.
+/// last (front search) or first (back search) entry of non-zero probability; when none of the
+/// chunk's entries has one in the sampler's f32 (a chunk whose mass lies below f32's range,
+/// reached only at `u` within ~1e-38 of its edge), the next entry of non-zero probability after
+/// it. Never an entry of probability 0.
 fn search_mass(row: &[f32], max: f32, mass: &[f64], u: f64) -> usize {
     let target = u * mass.iter().sum::<f64>();
     let mut acc = 0.0f64;
@@ -192,15 +195,18 @@ fn search_mass(row: &[f32], max: f32, mass: &[f64], u: f64) -> usize {
             let chunk = &row[lo..row.len().min(lo + MASS_CHUNK)];
             let inner = target - acc;
             let at = if inner <= 0.5 * m {
-                search_cumulative(chunk, max, inner).unwrap_or_else(|| last_positive(chunk, max))
+                search_cumulative(chunk, max, inner).or_else(|| last_positive(chunk, max))
             } else {
-                search_suffix(chunk, max, m - inner).unwrap_or_else(|| first_positive(chunk, max))
+                search_suffix(chunk, max, m - inner).or_else(|| first_positive(chunk, max))
             };
-            return lo + at;
+            if let Some(at) = at {
+                return lo + at;
+            }
         }
         acc += m;
     }
-    last_positive(row, max)
+    // The row's max entry has e^0 = 1.
+    last_positive(row, max).unwrap_or(0)
 }
 
 /// [`search_cumulative`] from the back: the last entry `i` of `row` at which the suffix sum
@@ -236,17 +242,15 @@ fn search_suffix(row: &[f32], max: f32, target: f64) -> Option<usize> {
 }
 
 /// The first entry whose `e^(x − max)` is not 0 (where a search from the back lands at `u → 0`).
-fn first_positive(row: &[f32], max: f32) -> usize {
+fn first_positive(row: &[f32], max: f32) -> Option<usize> {
     row.iter()
         .position(|&x| x != f32::NEG_INFINITY && exp_neg(x - max) > 0.0)
-        .unwrap_or(0)
 }
 
 /// The last entry whose `e^(x − max)` is not 0 (where an inverse-CDF search lands at `u → 1`).
-fn last_positive(row: &[f32], max: f32) -> usize {
+fn last_positive(row: &[f32], max: f32) -> Option<usize> {
     row.iter()
         .rposition(|&x| x != f32::NEG_INFINITY && exp_neg(x - max) > 0.0)
-        .unwrap_or(0)
 }
 
 /// `probs[i] = e^((row[i] − max)·inv_t)` (0 for masked `−inf` entries) and `blocks[j]` the sum
@@ -931,11 +935,23 @@ mod tests {
             );
             // A target above the row's sum is not found; the fallbacks name the edges.
             assert_eq!(search_suffix(&row, max, 2.0 * total), None);
-            assert_eq!(
-                first_positive(&row, max),
-                p.iter().position(|&q| q > 0.0).unwrap()
-            );
+            assert_eq!(first_positive(&row, max), p.iter().position(|&q| q > 0.0));
+            assert_eq!(last_positive(&row, max), p.iter().rposition(|&q| q > 0.0));
         }
+    }
+
+    #[test]
+    fn a_chunk_with_a_trace_of_mass_and_no_drawable_entry_is_passed_over() {
+        // The kernel's mass of chunk 0 is a trace (below f32's range) while every entry there
+        // has probability 0 in the sampler's f32: `u = 0` lands in it, and the draw moves on to
+        // the first entry of non-zero probability instead of naming a masked one.
+        let mut row = vec![f32::NEG_INFINITY; 2 * MASS_CHUNK + 10];
+        row[MASS_CHUNK + 7] = 0.5;
+        row[MASS_CHUNK + 9] = 1.0;
+        let mass = [1e-39, 0.6 + 1.0, 0.0];
+        assert_eq!(search_mass(&row, 1.0, &mass, 0.0), MASS_CHUNK + 7);
+        // And the ends of the distribution stay on drawable entries.
+        assert_eq!(search_mass(&row, 1.0, &mass, 1.0 - 1e-16), MASS_CHUNK + 9);
     }
 
     #[test]
