@@ -855,6 +855,56 @@ t2po_status t2po_seq_observe_batch_stats_f16(t2po_seq *seqs,
                                              t2po_step *out_steps,
                                              t2po_token_stats *out_stats);
 
+// `t2po_seq_observe_batch_stats_f32`, also writing each read row's per-chunk probability
+// masses (as `t2po_token_stats_mass_f32` does) to `out_mass[b·n .. (b + 1)·n]`, with
+// `n = ceil(vocab / T2PO_MASS_CHUNK)`; `mass_len` must be `batch·n` (else
+// `T2PO_STATUS_BAD_SIZE`, nothing observed). A row the step did not read (`vocab = 0` in its
+// stats) has no meaningful masses: a forced row's are left as they were. The steps and
+// statistics are exactly those of `t2po_seq_observe_batch_stats_f32`.
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_seq_observe_batch_mass_f32(t2po_seq *seqs,
+                                            size_t batch,
+                                            const float *logits,
+                                            size_t vocab,
+                                            size_t row_stride,
+                                            t2po_step *out_steps,
+                                            t2po_token_stats *out_stats,
+                                            double *out_mass,
+                                            size_t mass_len);
+
+// `t2po_seq_observe_batch_mass_f32` for bf16 logits (raw bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_seq_observe_batch_mass_bf16(t2po_seq *seqs,
+                                             size_t batch,
+                                             const uint16_t *logits,
+                                             size_t vocab,
+                                             size_t row_stride,
+                                             t2po_step *out_steps,
+                                             t2po_token_stats *out_stats,
+                                             double *out_mass,
+                                             size_t mass_len);
+
+// `t2po_seq_observe_batch_mass_f32` for f16 logits (raw bits).
+//
+// # Safety
+// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+// function documents, for the whole call, and not used by another thread meanwhile.
+t2po_status t2po_seq_observe_batch_mass_f16(t2po_seq *seqs,
+                                            size_t batch,
+                                            const uint16_t *logits,
+                                            size_t vocab,
+                                            size_t row_stride,
+                                            t2po_step *out_steps,
+                                            t2po_token_stats *out_stats,
+                                            double *out_mass,
+                                            size_t mass_len);
+
 // Tells the sequence the token emitted at this step (or a prompt token before
 // `t2po_seq_begin_generation`). Accepting another token while a forced one is pending is
 // `T2PO_STATUS_FORCED_MISMATCH` and changes nothing.

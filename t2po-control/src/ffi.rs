@@ -19,9 +19,11 @@ use half::{bf16, f16};
 
 use crate::config::{Config, Profile};
 use crate::error::Status;
-use crate::stats::{token_stats, token_stats_mass, Logit, TokenStats};
+use crate::stats::{mass_chunks, token_stats, token_stats_mass, Logit, TokenStats};
 use crate::tds::{Tds, TdsCounters, Verdict};
-use crate::tti::{observe_batch, observe_batch_stats, Event, Sequence, Step, ThinkStart};
+use crate::tti::{
+    observe_batch, observe_batch_mass, observe_batch_stats, Event, Sequence, Step, ThinkStart,
+};
 
 /// The ABI version of this header and library (`T2PO_ABI_VERSION`). It goes up by one with
 /// every change a compiled caller could notice (a struct's layout, a function's meaning); a
@@ -729,6 +731,8 @@ pub unsafe extern "C" fn t2po_seq_observe_batch_f16(
 /// buffer it fills lives on the stack (the crate never allocates), 64 entries ≈ 1.8 KiB.
 const STATS_CHUNK: usize = 64;
 
+// The C entry points' arguments, one for one (a C caller passes them so).
+#[allow(clippy::too_many_arguments)]
 fn batch_stats_of<T: Logit>(
     seqs: *mut Sequence,
     batch: usize,
@@ -737,12 +741,23 @@ fn batch_stats_of<T: Logit>(
     row_stride: usize,
     out_steps: *mut Step,
     out_stats: *mut TokenStats,
+    out_mass: Option<(*mut f64, usize)>,
 ) -> Status {
     boundary!({
         let (seqs, logits, steps) = tri!(batch_args(
             seqs, batch, logits, vocab, row_stride, out_steps
         ));
         let stats = tri!(slice_mut(out_stats, batch));
+        let per_row = mass_chunks(vocab);
+        let mut mass = match out_mass {
+            Some((p, len)) => {
+                if batch.checked_mul(per_row) != Some(len) {
+                    return Status::BadSize;
+                }
+                Some(tri!(slice_mut(p, len)))
+            }
+            None => None,
+        };
         // Rows are independent: chunks of the batch give the same steps as one call.
         let mut rows_failed = false;
         let mut held = [None; STATS_CHUNK];
@@ -755,12 +770,21 @@ fn batch_stats_of<T: Logit>(
             let n = seqs.len();
             let first = c * STATS_CHUNK * row_stride;
             let rows = &logits[first..first + (n - 1) * row_stride + vocab];
-            match observe_batch_stats(seqs, rows, vocab, row_stride, steps, &mut held[..n]) {
+            let held = &mut held[..n];
+            let observed = match mass.as_deref_mut() {
+                Some(m) => {
+                    let at = c * STATS_CHUNK * per_row;
+                    let m = &mut m[at..at + n * per_row];
+                    observe_batch_mass(seqs, rows, vocab, row_stride, steps, held, m)
+                }
+                None => observe_batch_stats(seqs, rows, vocab, row_stride, steps, held),
+            };
+            match observed {
                 Ok(()) => {}
                 Err(crate::Error::BatchRows { .. }) => rows_failed = true,
                 Err(e) => return e.into(),
             }
-            for (out, got) in stats.iter_mut().zip(&held[..n]) {
+            for (out, got) in stats.iter_mut().zip(held.iter()) {
                 *out = got.unwrap_or(TokenStats {
                     vocab: 0,
                     ..TokenStats::default()
@@ -795,7 +819,9 @@ pub unsafe extern "C" fn t2po_seq_observe_batch_stats_f32(
     out_steps: *mut Step,
     out_stats: *mut TokenStats,
 ) -> Status {
-    batch_stats_of(seqs, batch, logits, vocab, row_stride, out_steps, out_stats)
+    batch_stats_of(
+        seqs, batch, logits, vocab, row_stride, out_steps, out_stats, None,
+    )
 }
 
 /// [`t2po_seq_observe_batch_stats_f32`] for bf16 logits (raw bits).
@@ -821,6 +847,7 @@ pub unsafe extern "C" fn t2po_seq_observe_batch_stats_bf16(
         row_stride,
         out_steps,
         out_stats,
+        None,
     )
 }
 
@@ -847,6 +874,99 @@ pub unsafe extern "C" fn t2po_seq_observe_batch_stats_f16(
         row_stride,
         out_steps,
         out_stats,
+        None,
+    )
+}
+
+/// [`t2po_seq_observe_batch_stats_f32`], also writing each read row's per-chunk probability
+/// masses (as `t2po_token_stats_mass_f32` does) to `out_mass[b·n .. (b + 1)·n]`, with
+/// `n = ceil(vocab / T2PO_MASS_CHUNK)`; `mass_len` must be `batch·n` (else
+/// `T2PO_STATUS_BAD_SIZE`, nothing observed). A row the step did not read (`vocab = 0` in its
+/// stats) has no meaningful masses: a forced row's are left as they were. The steps and
+/// statistics are exactly those of `t2po_seq_observe_batch_stats_f32`.
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_seq_observe_batch_mass_f32(
+    seqs: *mut Sequence,
+    batch: usize,
+    logits: *const f32,
+    vocab: usize,
+    row_stride: usize,
+    out_steps: *mut Step,
+    out_stats: *mut TokenStats,
+    out_mass: *mut f64,
+    mass_len: usize,
+) -> Status {
+    batch_stats_of(
+        seqs,
+        batch,
+        logits,
+        vocab,
+        row_stride,
+        out_steps,
+        out_stats,
+        Some((out_mass, mass_len)),
+    )
+}
+
+/// [`t2po_seq_observe_batch_mass_f32`] for bf16 logits (raw bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_seq_observe_batch_mass_bf16(
+    seqs: *mut Sequence,
+    batch: usize,
+    logits: *const u16,
+    vocab: usize,
+    row_stride: usize,
+    out_steps: *mut Step,
+    out_stats: *mut TokenStats,
+    out_mass: *mut f64,
+    mass_len: usize,
+) -> Status {
+    batch_stats_of(
+        seqs,
+        batch,
+        logits.cast::<bf16>(),
+        vocab,
+        row_stride,
+        out_steps,
+        out_stats,
+        Some((out_mass, mass_len)),
+    )
+}
+
+/// [`t2po_seq_observe_batch_mass_f32`] for f16 logits (raw bits).
+///
+/// # Safety
+/// Each pointer is NULL (reported as `T2PO_STATUS_NULL_POINTER`) or valid for the access this
+/// function documents, for the whole call, and not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn t2po_seq_observe_batch_mass_f16(
+    seqs: *mut Sequence,
+    batch: usize,
+    logits: *const u16,
+    vocab: usize,
+    row_stride: usize,
+    out_steps: *mut Step,
+    out_stats: *mut TokenStats,
+    out_mass: *mut f64,
+    mass_len: usize,
+) -> Status {
+    batch_stats_of(
+        seqs,
+        batch,
+        logits.cast::<f16>(),
+        vocab,
+        row_stride,
+        out_steps,
+        out_stats,
+        Some((out_mass, mass_len)),
     )
 }
 

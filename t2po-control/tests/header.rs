@@ -49,6 +49,10 @@ const C_NAMES: &[(&str, &str)] = &[
     ("t2po_step_apply_f32", "t2po_step_apply_f32"),
     ("t2po_token_stats_f32", "t2po_token_stats_f32"),
     ("t2po_token_stats_mass_f32", "t2po_token_stats_mass_f32"),
+    (
+        "t2po_seq_observe_batch_mass_f32",
+        "t2po_seq_observe_batch_mass_f32",
+    ),
     ("token_stats_mass", "t2po_token_stats_mass_f32"),
 ];
 

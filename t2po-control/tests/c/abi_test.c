@@ -329,6 +329,102 @@ static void stats_mass(void) {
   free(row);
 }
 
+/* t2po_seq_observe_batch_mass_*: 70 sequences (beyond the entry point's 64-row chunks) over rows
+ * of three mass chunks; steps and statistics equal t2po_seq_observe_batch_stats_f32's on twin
+ * sequences, each read row's masses equal t2po_token_stats_mass_f32 of that row, a forced row's
+ * are left as they were; size and NULL errors. */
+static void batched_mass(void) {
+  enum { B = 70, VM = 5000, STRIDE = VM + 8, N = (VM + T2PO_MASS_CHUNK - 1) / T2PO_MASS_CHUNK };
+  t2po_config cfg = test_config();
+  t2po_seq *plain = malloc(sizeof(t2po_seq) * B);
+  t2po_seq *with = malloc(sizeof(t2po_seq) * B);
+  float *logits = malloc(sizeof(float) * B * STRIDE);
+  uint16_t *half = malloc(sizeof(uint16_t) * B * STRIDE);
+  t2po_step *a = malloc(sizeof(t2po_step) * B);
+  t2po_step *b_steps = malloc(sizeof(t2po_step) * B);
+  t2po_token_stats *sa = malloc(sizeof(t2po_token_stats) * B);
+  t2po_token_stats *sb = malloc(sizeof(t2po_token_stats) * B);
+  double *mass = malloc(sizeof(double) * B * N);
+  double want[N];
+  t2po_token_stats ws;
+  for (int b = 0; b < B; b++) {
+    EXPECT_STATUS(t2po_seq_init(&plain[b], &cfg), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_init(&with[b], &cfg), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_begin_generation(&plain[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_begin_generation(&with[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  }
+  int read_rows = 0, forced_rows = 0, mismatches = 0;
+  for (int t = 0; t < 40; t++) {
+    for (int b = 0; b < B; b++) {
+      float *row = logits + (size_t)b * STRIDE;
+      for (int i = 0; i < VM; i++) row[i] = frand();
+      row[((t + b) * 31) % VM] += t < 8 ? 1.0f : 6.0f;
+    }
+    for (int i = 0; i < B * N; i++) mass[i] = -1.0;
+    EXPECT_STATUS(t2po_seq_observe_batch_stats_f32(plain, B, logits, VM, STRIDE, a, sa),
+                  T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_observe_batch_mass_f32(with, B, logits, VM, STRIDE, b_steps, sb, mass,
+                                                  (size_t)B * N),
+                  T2PO_STATUS_OK);
+    for (int b = 0; b < B; b++) {
+      if (memcmp(&a[b], &b_steps[b], sizeof(t2po_step)) != 0) mismatches++;
+      if (memcmp(&sa[b], &sb[b], sizeof(t2po_token_stats)) != 0) mismatches++;
+      if (a[b].forced_token >= 0) {
+        forced_rows++;
+        for (int k = 0; k < N; k++)
+          if (mass[b * N + k] != -1.0) mismatches++;
+      } else {
+        read_rows++;
+        EXPECT_STATUS(t2po_token_stats_mass_f32(logits + (size_t)b * STRIDE, VM, cfg.top_j, want, N,
+                                                &ws),
+                      T2PO_STATUS_OK);
+        if (memcmp(want, mass + b * N, sizeof want) != 0) mismatches++;
+      }
+      uint32_t tok = a[b].forced_token >= 0 ? (uint32_t)a[b].forced_token : 200;
+      EXPECT_STATUS(t2po_seq_accept(&plain[b], tok), T2PO_STATUS_OK);
+      EXPECT_STATUS(t2po_seq_accept(&with[b], tok), T2PO_STATUS_OK);
+    }
+  }
+  CHECK(mismatches == 0);
+  CHECK(forced_rows > 0 && read_rows > 0 && forced_rows + read_rows == 40 * B);
+  /* bf16 rows: masses equal the single-row call's on the same bits. */
+  for (int i = 0; i < B * STRIDE; i++) half[i] = to_bf16(frand() * 4.0f);
+  for (int b = 0; b < B; b++) {
+    EXPECT_STATUS(t2po_seq_begin_generation(&with[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  }
+  EXPECT_STATUS(t2po_seq_observe_batch_mass_bf16(with, B, half, VM, STRIDE, b_steps, sb, mass,
+                                                 (size_t)B * N),
+                T2PO_STATUS_OK);
+  EXPECT_STATUS(t2po_token_stats_mass_bf16(half + 69 * STRIDE, VM, cfg.top_j, want, N, &ws),
+                T2PO_STATUS_OK);
+  CHECK(memcmp(want, mass + 69 * N, sizeof want) == 0 && memcmp(&ws, &sb[69], sizeof ws) == 0);
+  for (int b = 0; b < B; b++) {
+    EXPECT_STATUS(t2po_seq_accept(&with[b], 200), T2PO_STATUS_OK);
+  }
+  /* Sizes and NULL: nothing observed (the sequences still accept a fresh observe). */
+  EXPECT_STATUS(t2po_seq_observe_batch_mass_f32(with, B, logits, VM, STRIDE, b_steps, sb, mass,
+                                                (size_t)B * N - 1),
+                T2PO_STATUS_BAD_SIZE);
+  EXPECT_STATUS(t2po_seq_observe_batch_mass_f32(with, B, logits, VM, STRIDE, b_steps, sb, NULL,
+                                                (size_t)B * N),
+                T2PO_STATUS_NULL_POINTER);
+  EXPECT_STATUS(t2po_seq_observe_batch_mass_f16(with, B, half, VM, STRIDE, b_steps, sb, mass,
+                                                (size_t)B * N + 1),
+                T2PO_STATUS_BAD_SIZE);
+  EXPECT_STATUS(t2po_seq_observe_batch_mass_f32(with, B, logits, VM, STRIDE, b_steps, sb, mass,
+                                                (size_t)B * N),
+                T2PO_STATUS_OK);
+  free(mass);
+  free(sb);
+  free(sa);
+  free(b_steps);
+  free(a);
+  free(half);
+  free(logits);
+  free(with);
+  free(plain);
+}
+
 static void tds_turns(void) {
   t2po_config cfg;
   EXPECT_STATUS(t2po_config_default(T2PO_PROFILE_PAPER, &cfg), T2PO_STATUS_OK);
@@ -733,6 +829,7 @@ int main(void) {
   batched();
   batched_stats();
   stats_mass();
+  batched_mass();
   tds_turns();
   error_paths();
   if (failures) {
