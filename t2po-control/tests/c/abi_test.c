@@ -199,6 +199,16 @@ static void batched(void) {
   free(logits);
 }
 
+/* Twin batches of `n` sequences under `cfg`, each generating inside a think block. */
+static void start_twins(t2po_seq *plain, t2po_seq *with, int n, const t2po_config *cfg) {
+  for (int b = 0; b < n; b++) {
+    EXPECT_STATUS(t2po_seq_init(&plain[b], cfg), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_init(&with[b], cfg), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_begin_generation(&plain[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+    EXPECT_STATUS(t2po_seq_begin_generation(&with[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
+  }
+}
+
 /* The batched step that also hands back each read row's statistics: over 150 rows (several of
  * the entry point's internal chunks) and 120 steps, its steps equal the plain batched call's on
  * twin sequences, and each read row's statistics equal t2po_token_stats_f32 of that row; forced
@@ -212,12 +222,7 @@ static void batched_stats(void) {
   t2po_step *a = malloc(sizeof(t2po_step) * B);
   t2po_step *b_steps = malloc(sizeof(t2po_step) * B);
   t2po_token_stats *stats = malloc(sizeof(t2po_token_stats) * B);
-  for (int b = 0; b < B; b++) {
-    EXPECT_STATUS(t2po_seq_init(&plain[b], &cfg), T2PO_STATUS_OK);
-    EXPECT_STATUS(t2po_seq_init(&with[b], &cfg), T2PO_STATUS_OK);
-    EXPECT_STATUS(t2po_seq_begin_generation(&plain[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
-    EXPECT_STATUS(t2po_seq_begin_generation(&with[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
-  }
+  start_twins(plain, with, B, &cfg);
   int read_rows = 0, forced_rows = 0, mismatches = 0;
   for (int t = 0; t < 120; t++) {
     for (int b = 0; b < B; b++) model_logits(logits + (size_t)b * STRIDE, t + b);
@@ -347,12 +352,7 @@ static void batched_mass(void) {
   double *mass = malloc(sizeof(double) * B * N);
   double want[N];
   t2po_token_stats ws;
-  for (int b = 0; b < B; b++) {
-    EXPECT_STATUS(t2po_seq_init(&plain[b], &cfg), T2PO_STATUS_OK);
-    EXPECT_STATUS(t2po_seq_init(&with[b], &cfg), T2PO_STATUS_OK);
-    EXPECT_STATUS(t2po_seq_begin_generation(&plain[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
-    EXPECT_STATUS(t2po_seq_begin_generation(&with[b], T2PO_THINK_START_INSIDE), T2PO_STATUS_OK);
-  }
+  start_twins(plain, with, B, &cfg);
   int read_rows = 0, forced_rows = 0, mismatches = 0;
   for (int t = 0; t < 40; t++) {
     for (int b = 0; b < B; b++) {
