@@ -245,10 +245,7 @@ impl Sequence {
         &mut self,
         row: &[T],
     ) -> Result<(Step, Option<TokenStats>), Error> {
-        if let Some(step) = self.forced_step()? {
-            return Ok((step, None));
-        }
-        self.observe_read(row, None)
+        self.observe_with(row, None)
     }
 
     /// [`observe_row_stats`](Self::observe_row_stats), also writing the row's per-chunk
@@ -261,19 +258,20 @@ impl Sequence {
         row: &[T],
         mass: &mut [f64],
     ) -> Result<(Step, Option<TokenStats>), Error> {
-        if let Some(step) = self.forced_step()? {
-            return Ok((step, None));
-        }
-        self.observe_read(row, Some(mass))
+        self.observe_with(row, Some(mass))
     }
 
-    /// The unforced step: the row's statistics, then the signal and the rule.
+    /// The step: the forced queue's, or the row's statistics (and masses when asked), then the
+    /// signal and the rule.
     #[inline]
-    fn observe_read<T: Logit>(
+    fn observe_with<T: Logit>(
         &mut self,
         row: &[T],
         mass: Option<&mut [f64]>,
     ) -> Result<(Step, Option<TokenStats>), Error> {
+        if let Some(step) = self.forced_step()? {
+            return Ok((step, None));
+        }
         let w = token_stats_wide(row, self.config.top_j, mass)?;
         let step = self.observe_unforced(w.entropy, w.confidence, w.stats.vocab);
         Ok((step, Some(w.stats)))
@@ -549,9 +547,6 @@ pub fn observe_batch_stats<T: Logit>(
     steps: &mut [Step],
     stats: &mut [Option<TokenStats>],
 ) -> Result<(), Error> {
-    if stats.len() != seqs.len() {
-        return Err(Error::Size("one stats entry per sequence"));
-    }
     observe_batch_impl(seqs, logits, vocab, row_stride, steps, Some(stats), None)
 }
 
@@ -567,14 +562,6 @@ pub fn observe_batch_mass<T: Logit>(
     stats: &mut [Option<TokenStats>],
     mass: &mut [f64],
 ) -> Result<(), Error> {
-    if stats.len() != seqs.len() {
-        return Err(Error::Size("one stats entry per sequence"));
-    }
-    if seqs.len().checked_mul(mass_chunks(vocab)) != Some(mass.len()) {
-        return Err(Error::Size(
-            "mass must hold mass_chunks(vocab) entries per sequence",
-        ));
-    }
     observe_batch_impl(
         seqs,
         logits,
@@ -602,6 +589,18 @@ fn observe_batch_impl<T: Logit>(
     if vocab == 0 || row_stride < vocab {
         return Err(Error::Size("vocab must be >= 1 and row_stride >= vocab"));
     }
+    if stats.as_deref().is_some_and(|s| s.len() != batch) {
+        return Err(Error::Size("one stats entry per sequence"));
+    }
+    let n = mass_chunks(vocab);
+    if mass
+        .as_deref()
+        .is_some_and(|m| batch.checked_mul(n) != Some(m.len()))
+    {
+        return Err(Error::Size(
+            "mass must hold mass_chunks(vocab) entries per sequence",
+        ));
+    }
     let needed = (batch - 1)
         .checked_mul(row_stride)
         .and_then(|n| n.checked_add(vocab));
@@ -613,14 +612,8 @@ fn observe_batch_impl<T: Logit>(
     let mut failed = 0;
     for (b, (seq, out)) in seqs.iter_mut().zip(steps.iter_mut()).enumerate() {
         let row = &logits[b * row_stride..b * row_stride + vocab];
-        let observed = match mass.as_deref_mut() {
-            Some(m) => {
-                let n = mass_chunks(vocab);
-                seq.observe_row_mass(row, &mut m[b * n..(b + 1) * n])
-            }
-            None => seq.observe_row_stats(row),
-        };
-        let (step, row_stats) = match observed {
+        let row_mass = mass.as_deref_mut().map(|m| &mut m[b * n..(b + 1) * n]);
+        let (step, row_stats) = match seq.observe_with(row, row_mass) {
             Ok(r) => r,
             Err(e) => {
                 failed += 1;

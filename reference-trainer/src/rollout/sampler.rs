@@ -502,26 +502,20 @@ fn draw_with(
     known: Option<(&TokenStats, &[f64])>,
 ) -> (u32, f32) {
     let inv_t = inverse_temperature(params);
-    let known = known.map(|(k, mass)| {
+    if let Some((k, mass)) = known {
         if params.temperature == 0.0 {
             let _: f64 = rng.random::<f64>();
             let token = row.iter().position(|&v| v == k.max_logit).unwrap_or(0);
-            return Ok((token as u32, row[token] - k.log_sum_exp));
+            return (token as u32, row[token] - k.log_sum_exp);
         }
         if params.temperature == 1.0 && params.top_p >= 1.0 {
             let u: f64 = rng.random::<f64>();
             let token = search_mass(row, k.max_logit, mass, u);
-            return Ok((token as u32, row[token] - k.log_sum_exp));
+            return (token as u32, row[token] - k.log_sum_exp);
         }
-        Err(k)
-    });
-    let known = match known {
-        Some(Ok(drawn)) => return drawn,
-        Some(Err(k)) => Some(k),
-        None => None,
-    };
+    }
     let (max, total) = match known {
-        Some(k) => sc.exp_pass_from(row, k.max_logit, inv_t),
+        Some((k, _)) => sc.exp_pass_from(row, k.max_logit, inv_t),
         None => sc.exp_pass(row, inv_t),
     };
     let u: f64 = rng.random::<f64>();
