@@ -137,15 +137,42 @@ fn store(acc: &[f32; NR], y: &mut [f32], o: Out<'_>) {
     }
 }
 
-/// Rows `x0..x3` (each `k` long) times one panel: 4 × [`NR`] sums held in registers over `k`.
+/// Lines of the next panel a tile hints into L2 while it runs (see [`matmul_impl`]): `lines`
+/// floats of it, one 64-byte line every `every` steps of the tile's `k` loop.
+#[derive(Clone, Copy)]
+struct Ahead<'a> {
+    lines: &'a [f32],
+    every: usize,
+}
+
+/// Rows `x0..x3` (each `k` long) times one panel: 4 × [`NR`] sums held in registers over `k`;
+/// with `ahead`, hints its lines of the next panel into L2 along the way.
 #[inline(always)]
-fn tile4<const FMA: bool>(x: &[f32], k: usize, panel: &[f32], y: &mut [f32], o: Out<'_>) {
+fn tile4<const FMA: bool>(
+    x: &[f32],
+    k: usize,
+    panel: &[f32],
+    y: &mut [f32],
+    o: Out<'_>,
+    ahead: Option<Ahead<'_>>,
+    hint: &impl Fn(&[f32]),
+) {
     let (x0, rest) = x.split_at(k);
     let (x1, rest) = rest.split_at(k);
     let (x2, rest) = rest.split_at(k);
     let x3 = &rest[..k];
     let (mut a0, mut a1, mut a2, mut a3) = ([0f32; NR], [0f32; NR], [0f32; NR], [0f32; NR]);
+    let (lines, every) = ahead.map_or((&[][..], 1), |a| (a.lines, a.every.max(1)));
+    let (mut line, mut wait) = (0, 0);
     for kk in 0..k {
+        if line < lines.len() {
+            if wait == 0 {
+                hint(&lines[line..]);
+                line += 16;
+                wait = every;
+            }
+            wait -= 1;
+        }
         let w = panel_row(panel, kk);
         axpy::<FMA>(&mut a0, x0[kk], w);
         axpy::<FMA>(&mut a1, x1[kk], w);
@@ -198,11 +225,35 @@ fn matmul_impl(
     add: bool,
 ) {
     const FMA: bool = multiversion::target::target_cfg_f!(target_feature = "fma");
+    // `PREFETCHT1` of a line (a hint: no fault, nothing read into the program) in the AVX2 and
+    // AVX-512 versions, where the toolchain's `_mm_prefetch` is safe to call from them (the
+    // closure inherits their target features); `build.rs` sets `t2po_safe_prefetch`. Elsewhere
+    // (the declared minimum Rust, or a build whose baseline has AVX2) a no-op.
+    let hint = |line: &[f32]| {
+        #[cfg(t2po_safe_prefetch)]
+        multiversion::target::match_target! {
+            "x86_64+avx2" => core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T1 }>(
+                line.as_ptr().cast::<i8>(),
+            ),
+            _ => {}
+        }
+        let _ = line;
+    };
     let (n, k) = (w.n, w.k);
     let m = x.len() / k.max(1);
     let off = panels.start * NR;
+    // With several register tiles per panel, the first one reads the panel from memory and the
+    // rest from L2, where the hardware's stream prefetch has no reason to run ahead: so each
+    // tile hints its share of the next panel's lines into L2 while it computes, and the next
+    // panel's first tile finds it there (a real model's weights come from memory every step:
+    // SmolLM2-135M's 538 MB of f32; `benches/decode_matmul.rs`).
+    let tiles = m / MR;
+    let share = (k * NR).div_ceil(tiles.max(1)).next_multiple_of(16);
+    let every = k / (share / 16).max(1);
     let chunks = w.data.chunks_exact(k * NR).enumerate();
     for (p, panel) in chunks.skip(panels.start).take(panels.len()) {
+        let next =
+            (tiles >= 2 && p + 1 < panels.end).then(|| &w.data[(p + 1) * k * NR..(p + 2) * k * NR]);
         let c0 = p * NR;
         let o = Out {
             ldy,
@@ -214,7 +265,12 @@ fn matmul_impl(
         };
         let mut r = 0;
         while r + MR <= m {
-            tile4::<FMA>(&x[r * k..], k, panel, &mut y[r * ldy..], o);
+            let t = r / MR;
+            let ahead = next.map(|n| Ahead {
+                lines: &n[(t * share).min(n.len())..((t + 1) * share).min(n.len())],
+                every,
+            });
+            tile4::<FMA>(&x[r * k..], k, panel, &mut y[r * ldy..], o, ahead, &hint);
             r += MR;
         }
         while r < m {
@@ -1117,8 +1173,9 @@ mod tests {
     }
 
     /// `matmul` against an f64 reference on shapes that exercise every tile (4-row and 1-row
-    /// tiles, a partial panel, `k` not a multiple of 4), with bias and accumulation.
-    /// Tolerance: 1e-5 relative to `Σ|x·w|` (f32 sums of ≤ 70 terms round to a few 1e-7).
+    /// tiles, a partial panel, `k` not a multiple of 4; 9 and 17 rows: two and four tiles per
+    /// panel, which hint the next panel's lines, the last tile's share past its end), with bias
+    /// and accumulation. Tolerance: 1e-5 relative to `Σ|x·w|` (f32 sums of ≤ 70 terms round to a few 1e-7).
     #[test]
     fn matmul_matches_f64() {
         let mut seed = 1u64;
@@ -1128,7 +1185,14 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         };
-        for (m, n, k) in [(1, 5, 3), (4, 32, 16), (9, 37, 13), (6, 70, 70), (2, 64, 1)] {
+        for (m, n, k) in [
+            (1, 5, 3),
+            (4, 32, 16),
+            (9, 37, 13),
+            (6, 70, 70),
+            (2, 64, 1),
+            (17, 100, 70),
+        ] {
             let x: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
             let w: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
             let b: Vec<f32> = (0..n).map(|_| rnd()).collect();
