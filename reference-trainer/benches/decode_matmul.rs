@@ -1,9 +1,11 @@
 //! The direct decode step's matmul (`model::decode::matmul`, one thread) on SmolLM2-135M's
 //! shapes (hidden 576, intermediate 1536, 3 KV heads × 64, vocabulary 49152), at the rows a
 //! thread holds in a decode step of batch 1 / 32 / 64 (1 / 16 / 32): GFLOP/s per shape and for
-//! one layer's seven products plus the head, weighted as a step runs them.
+//! one layer's seven products plus the head, weighted as a step runs them; and 24 distinct
+//! weights read from memory, as a real step reads them. The weights are marked
+//! `Packed::streamed`, as `Decoder::new` marks SmolLM2's (`--plain`: not, to compare).
 //!
-//! `cargo bench -p reference-trainer --bench decode_matmul [-- --json]`
+//! `cargo bench -p reference-trainer --bench decode_matmul [-- --json] [--plain]`
 
 use std::time::Instant;
 
@@ -18,6 +20,7 @@ fn rnd(seed: &mut u64) -> f32 {
 
 fn main() {
     let json = std::env::args().any(|a| a == "--json");
+    let streamed = !std::env::args().any(|a| a == "--plain");
     let mut seed = 1u64;
     // (name, n, k, times per step): q, k, v, o, gate, up, down per layer (30 layers), the head once.
     let shapes = [
@@ -31,7 +34,7 @@ fn main() {
         .iter()
         .map(|&(_, n, k, _)| {
             let w: Vec<f32> = (0..n * k).map(|_| rnd(&mut seed)).collect();
-            Packed::new(&w, n, k, None).unwrap()
+            Packed::new(&w, n, k, None).unwrap().streamed(streamed)
         })
         .collect();
     let mut rows = Vec::new();
@@ -68,7 +71,7 @@ fn main() {
     let many: Vec<Packed> = (0..24)
         .map(|_| {
             let w: Vec<f32> = (0..n * k).map(|_| rnd(&mut seed)).collect();
-            Packed::new(&w, n, k, None).unwrap()
+            Packed::new(&w, n, k, None).unwrap().streamed(streamed)
         })
         .collect();
     for m in [1usize, 16, 32] {

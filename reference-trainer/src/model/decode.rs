@@ -50,6 +50,7 @@ pub struct Packed {
     k: usize,
     data: Vec<f32>,
     bias: Option<Vec<f32>>,
+    streamed: bool,
 }
 
 impl Packed {
@@ -74,7 +75,22 @@ impl Packed {
                 panel[kk * NR + c] = x;
             }
         }
-        Ok(Self { n, k, data, bias })
+        Ok(Self {
+            n,
+            k,
+            data,
+            bias,
+            streamed: false,
+        })
+    }
+
+    /// Marks the weight as read from memory at every use (`true`: a model whose weights outgrow
+    /// the caches, as [`Decoder::new`] decides), so [`matmul`] hints each next panel into L2
+    /// while its tiles run on the current one. Off by default: for weights that stay in cache
+    /// the hints are only extra instructions. The sums are the same either way.
+    pub fn streamed(mut self, on: bool) -> Self {
+        self.streamed = on;
+        self
     }
 
     /// Output width.
@@ -243,17 +259,18 @@ fn matmul_impl(
     let m = x.len() / k.max(1);
     let off = panels.start * NR;
     // With several register tiles per panel, the first one reads the panel from memory and the
-    // rest from L2, where the hardware's stream prefetch has no reason to run ahead: so each
-    // tile hints its share of the next panel's lines into L2 while it computes, and the next
-    // panel's first tile finds it there (a real model's weights come from memory every step:
-    // SmolLM2-135M's 538 MB of f32; `benches/decode_matmul.rs`).
+    // rest from L2, where the hardware's stream prefetch has no reason to run ahead: so for a
+    // streamed weight ([`Packed::streamed`]) each tile hints its share of the next panel's lines
+    // into L2 while it computes, and the next panel's first tile finds it there (a real model's
+    // weights come from memory every step: SmolLM2-135M's 538 MB of f32;
+    // `benches/decode_matmul.rs`).
     let tiles = m / MR;
     let share = (k * NR).div_ceil(tiles.max(1)).next_multiple_of(16);
     let every = k / (share / 16).max(1);
     let chunks = w.data.chunks_exact(k * NR).enumerate();
     for (p, panel) in chunks.skip(panels.start).take(panels.len()) {
-        let next =
-            (tiles >= 2 && p + 1 < panels.end).then(|| &w.data[(p + 1) * k * NR..(p + 2) * k * NR]);
+        let next = (w.streamed && tiles >= 2 && p + 1 < panels.end)
+            .then(|| &w.data[(p + 1) * k * NR..(p + 2) * k * NR]);
         let c0 = p * NR;
         let o = Out {
             ldy,
@@ -335,6 +352,11 @@ fn matmul_cols(x: &[f32], w: &Packed, y: &mut [f32], add: bool, threads: usize, 
         }
     }
 }
+
+/// A model whose packed weights total at least this many entries (64 MiB of f32, past this
+/// machine's 32 MiB L3) has them marked [`Packed::streamed`]: SmolLM2-135M (134 M) is, the
+/// default model (~1 M) and the 5 M one are not.
+const STREAMED_MIN_ENTRIES: usize = 1 << 24;
 
 #[derive(Clone, Debug)]
 struct LayerWeights {
@@ -438,11 +460,34 @@ impl Decoder {
             });
         }
         let embed = get("model.embed_tokens.weight")?;
-        let head = if cfg.tie_word_embeddings {
+        let mut head = if cfg.tie_word_embeddings {
             Packed::new(&embed, cfg.vocab_size, d, None)?
         } else {
             Packed::new(&get("lm_head.weight")?, cfg.vocab_size, d, None)?
         };
+        // A step reads every weight once; past the caches they come from memory each time.
+        let entries: usize = layers
+            .iter()
+            .flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down])
+            .chain([&head])
+            .map(|p| p.n * p.k)
+            .sum();
+        if entries >= STREAMED_MIN_ENTRIES {
+            for l in &mut layers {
+                for p in [
+                    &mut l.q,
+                    &mut l.k,
+                    &mut l.v,
+                    &mut l.o,
+                    &mut l.gate,
+                    &mut l.up,
+                    &mut l.down,
+                ] {
+                    p.streamed = true;
+                }
+            }
+            head.streamed = true;
+        }
         let (cos, sin) = ops::rope_tables(
             cfg.head_dim,
             cfg.rope_theta,
@@ -1175,7 +1220,8 @@ mod tests {
     /// `matmul` against an f64 reference on shapes that exercise every tile (4-row and 1-row
     /// tiles, a partial panel, `k` not a multiple of 4; 9 and 17 rows: two and four tiles per
     /// panel, which hint the next panel's lines, the last tile's share past its end), with bias
-    /// and accumulation. Tolerance: 1e-5 relative to `Σ|x·w|` (f32 sums of ≤ 70 terms round to a few 1e-7).
+    /// and accumulation, streamed ([`Packed::streamed`]: the hints) or not, the two bit for bit
+    /// equal. Tolerance: 1e-5 relative to `Σ|x·w|` (f32 sums of ≤ 70 terms round to a few 1e-7).
     #[test]
     fn matmul_matches_f64() {
         let mut seed = 1u64;
@@ -1198,31 +1244,44 @@ mod tests {
             let b: Vec<f32> = (0..n).map(|_| rnd()).collect();
             let y0: Vec<f32> = (0..m * n).map(|_| rnd()).collect();
             for (bias, add) in [(false, false), (true, false), (true, true)] {
-                let p = Packed::new(&w, n, k, bias.then(|| b.clone())).unwrap();
-                let mut y = y0.clone();
-                matmul(&x, &p, &mut y, add);
-                for i in 0..m {
-                    for j in 0..n {
-                        let (mut s, mut mag) = (0f64, 0f64);
-                        for t in 0..k {
-                            let v = x[i * k + t] as f64 * w[j * k + t] as f64;
-                            s += v;
-                            mag += v.abs();
-                        }
-                        if bias {
-                            s += b[j] as f64;
-                            mag += (b[j] as f64).abs();
-                        }
-                        if add {
-                            s += y0[i * n + j] as f64;
-                            mag += (y0[i * n + j] as f64).abs();
-                        }
-                        let got = y[i * n + j] as f64;
-                        assert!(
+                for streamed in [false, true] {
+                    let p = Packed::new(&w, n, k, bias.then(|| b.clone()))
+                        .unwrap()
+                        .streamed(streamed);
+                    let mut y = y0.clone();
+                    matmul(&x, &p, &mut y, add);
+                    for i in 0..m {
+                        for j in 0..n {
+                            let (mut s, mut mag) = (0f64, 0f64);
+                            for t in 0..k {
+                                let v = x[i * k + t] as f64 * w[j * k + t] as f64;
+                                s += v;
+                                mag += v.abs();
+                            }
+                            if bias {
+                                s += b[j] as f64;
+                                mag += (b[j] as f64).abs();
+                            }
+                            if add {
+                                s += y0[i * n + j] as f64;
+                                mag += (y0[i * n + j] as f64).abs();
+                            }
+                            let got = y[i * n + j] as f64;
+                            assert!(
                             (got - s).abs() <= 1e-5 * mag.max(1e-30),
-                            "[{m}, {k}] x [{n}, {k}] bias {bias} add {add}: y[{i}][{j}] = {got}, want {s}"
+                            "[{m}, {k}] x [{n}, {k}] bias {bias} add {add} streamed {streamed}: y[{i}][{j}] = {got}, want {s}"
                         );
+                        }
                     }
+                    // The hints change no sum.
+                    let mut plain = y0.clone();
+                    matmul(&x, &p.clone().streamed(false), &mut plain, add);
+                    assert!(
+                        y.iter()
+                            .zip(&plain)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "[{m}, {k}] x [{n}, {k}] bias {bias} add {add}: streamed differs"
+                    );
                 }
             }
         }
