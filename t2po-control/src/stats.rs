@@ -405,6 +405,9 @@ impl TopJ {
     "x86_64+avx"
 ))]
 fn offer_block(top: &mut TopJ, block: &[f32]) {
+    #[cfg(t2po_static_simd)]
+    return top.offer_block_with(block, TopJ::insert);
+    #[cfg(not(t2po_static_simd))]
     multiversion::target::match_target! {
         "x86_64+avx512f" => x512::offer_block(top, block),
         "x86_64+avx2" => x256::offer_block(top, block),
@@ -418,7 +421,7 @@ fn offer_block(top: &mut TopJ, block: &[f32]) {
 /// began, and each goes in by a rotate, a blend and two compares per held register instead of
 /// the scalar walk — the same values in the same places (see `x512::offer_block` for why the
 /// group needs no re-check against the threshold its earlier insertions raised).
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(t2po_static_simd)))]
 mod x256 {
     use super::TopJ;
     use core::arch::x86_64::*;
@@ -862,6 +865,9 @@ fn scan(xs: &[f32], top: &mut TopJ) -> f32 {
     "x86_64+avx"
 ))]
 fn sums(xs: &[f32], m: f32, has_max: bool) -> (f32, f32, f32) {
+    #[cfg(t2po_static_simd)]
+    return portable_sums(cfg!(target_feature = "fma"), xs, m, has_max);
+    #[cfg(not(t2po_static_simd))]
     multiversion::target::match_target! {
         "x86_64+avx512f" => if has_max {
             x512::last_sums::<true>(xs, m)
@@ -921,6 +927,17 @@ fn sums_and_scan<T: Logit>(
     top: &mut TopJ,
     careful: &mut bool,
 ) -> ((f32, f32, f32), f32) {
+    #[cfg(t2po_static_simd)]
+    return {
+        let _ = (far, careful);
+        let fma = cfg!(target_feature = "fma");
+        if has_max {
+            interleaved::<true>(fma, cur, m, next, top)
+        } else {
+            interleaved::<false>(fma, cur, m, next, top)
+        }
+    };
+    #[cfg(not(t2po_static_simd))]
     multiversion::target::match_target! {
         "x86_64+avx512f" => if has_max {
             x512::interleaved::<true, true, T>(cur, m, next, far, top)
@@ -983,7 +1000,7 @@ fn interleaved<const HAS_MAX: bool>(
 /// Intel Xeon, a row of 151 936: L2-resident 26.7 → 24.6 µs, streamed from L3 with huge pages
 /// 30.2 → 29.1 µs). AMD Zen 4 takes the same path, where it moves FMAs to the shuffle and scale
 /// units.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(t2po_static_simd)))]
 mod x512 {
     use super::{Logit, Scan, TopJ, BLOCK, CHUNK};
     use core::arch::x86_64::*;
@@ -1369,6 +1386,12 @@ mod tests {
     /// `e^d` of 16 lanes by the AVX-512 exp pass; `None` where the CPU lacks AVX-512F.
     #[multiversion::multiversion(targets("x86_64+avx512f"))]
     fn exp16(d: &[f32; 16]) -> Option<[f32; 16]> {
+        #[cfg(t2po_static_simd)]
+        return {
+            let _ = d;
+            None
+        };
+        #[cfg(not(t2po_static_simd))]
         multiversion::target::match_target! {
             "x86_64+avx512f" => Some(x512::exp_lanes::<true>(d)),
             _ => {
@@ -1385,7 +1408,11 @@ mod tests {
             // path is the one `exp_neg_is_accurate` covers.
             // Without `std` the dispatch is static (the build's target features), so the CPU
             // may have AVX-512F that this build does not use.
-            assert!(!cfg!(feature = "std") || !std::is_x86_feature_detected!("avx512f"));
+            assert!(
+                cfg!(t2po_static_simd)
+                    || !cfg!(feature = "std")
+                    || !std::is_x86_feature_detected!("avx512f")
+            );
             std::println!(
                 "no AVX-512F dispatch in this build or CPU: the AVX-512 exp pass is not used"
             );
@@ -1415,6 +1442,12 @@ mod tests {
     /// [`exp16`] without the range mask.
     #[multiversion::multiversion(targets("x86_64+avx512f"))]
     fn exp16_unmasked(d: &[f32; 16]) -> Option<[f32; 16]> {
+        #[cfg(t2po_static_simd)]
+        return {
+            let _ = d;
+            None
+        };
+        #[cfg(not(t2po_static_simd))]
         multiversion::target::match_target! {
             "x86_64+avx512f" => Some(x512::exp_lanes::<false>(d)),
             _ => {
@@ -1442,7 +1475,11 @@ mod tests {
             let Some(got) = exp16_unmasked(&lanes) else {
                 // Without `std` the dispatch is static (the build's target features), so the CPU
                 // may have AVX-512F that this build does not use.
-                assert!(!cfg!(feature = "std") || !std::is_x86_feature_detected!("avx512f"));
+                assert!(
+                    cfg!(t2po_static_simd)
+                        || !cfg!(feature = "std")
+                        || !std::is_x86_feature_detected!("avx512f")
+                );
                 std::println!(
                     "no AVX-512F dispatch in this build or CPU: the unmasked pass is not used"
                 );
@@ -1470,6 +1507,12 @@ mod tests {
     /// The AVX-512F insertion, where the build and the CPU have it.
     #[multiversion::multiversion(targets("x86_64+avx512f"))]
     fn offer_avx512(top: &mut TopJ, block: &[f32]) -> bool {
+        #[cfg(t2po_static_simd)]
+        return {
+            let _ = (top, block);
+            false
+        };
+        #[cfg(not(t2po_static_simd))]
         multiversion::target::match_target! {
             "x86_64+avx512f" => {
                 x512::offer_block(top, block);
@@ -1486,6 +1529,12 @@ mod tests {
     /// both vector forms are checked there).
     #[multiversion::multiversion(targets("x86_64+avx2"))]
     fn offer_avx2(top: &mut TopJ, block: &[f32]) -> bool {
+        #[cfg(t2po_static_simd)]
+        return {
+            let _ = (top, block);
+            false
+        };
+        #[cfg(not(t2po_static_simd))]
         multiversion::target::match_target! {
             "x86_64+avx2" => {
                 x256::offer_block(top, block);
@@ -1549,7 +1598,8 @@ mod tests {
         }
         // Not silent: say which vector forms this build and CPU could check.
         std::println!("top-j against the walk: AVX-512F {avx512}, AVX2 {avx2}");
-        if cfg!(feature = "std") && std::is_x86_feature_detected!("avx2") {
+        if !cfg!(t2po_static_simd) && cfg!(feature = "std") && std::is_x86_feature_detected!("avx2")
+        {
             assert!(
                 avx2,
                 "the CPU has AVX2: its insertion must have been checked"
