@@ -11,6 +11,10 @@ use std::time::Instant;
 
 use reference_trainer::model::decode::{matmul, Packed};
 
+#[path = "common/rows.rs"]
+mod rows;
+use rows::print_rows;
+
 fn rnd(seed: &mut u64) -> f32 {
     *seed = seed
         .wrapping_mul(6364136223846793005)
@@ -92,16 +96,5 @@ fn main() {
             f / best / 1e9,
         ));
     }
-    if json {
-        let obj: serde_json::Map<String, serde_json::Value> = rows
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
-            .collect();
-        println!("{}", serde_json::Value::Object(obj));
-    } else {
-        println!("| measure | value |\n|---|---|");
-        for (k, v) in &rows {
-            println!("| {k} | {v:.1} |");
-        }
-    }
+    print_rows(&rows, "measure", json);
 }

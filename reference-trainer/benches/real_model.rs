@@ -25,9 +25,12 @@ use reference_trainer::train::optimizer::{AdamW, AdamWConfig};
 
 #[path = "common/decode.rs"]
 mod decode_loop;
+#[path = "common/rows.rs"]
+mod rows;
 #[path = "common/train.rs"]
 mod train_loop;
 use decode_loop::decode_steps;
+use rows::print_rows;
 use train_loop::train_step;
 
 #[global_allocator]
@@ -119,7 +122,7 @@ fn main() {
     let (b, l) = (8usize, 256usize);
     if only.as_deref() == Some("decode") {
         rows.push(("peak RSS MiB".into(), 0.0));
-        return print_rows(&rows, vocab, json);
+        return print_rows(&rows, &format!("measure ({vocab}-entry vocabulary)"), json);
     }
     let seqs: Vec<Vec<u32>> = (0..b)
         .map(|r| {
@@ -139,20 +142,5 @@ fn main() {
     rows.push((format!("train {b}x{l}"), (b * l) as f64 / best));
     let peak = reference_trainer::peak_rss_bytes().unwrap_or(0) as f64 / (1u64 << 20) as f64;
     rows.push(("peak RSS MiB".into(), peak));
-    print_rows(&rows, vocab, json);
-}
-
-fn print_rows(rows: &[(String, f64)], vocab: usize, json: bool) {
-    if json {
-        let obj: serde_json::Map<String, serde_json::Value> = rows
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
-            .collect();
-        println!("{}", serde_json::Value::Object(obj));
-    } else {
-        println!("| measure ({vocab}-entry vocabulary) | value |\n|---|---|");
-        for (k, v) in rows {
-            println!("| {k} | {v:.1} |");
-        }
-    }
+    print_rows(&rows, &format!("measure ({vocab}-entry vocabulary)"), json);
 }
