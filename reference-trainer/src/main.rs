@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
@@ -18,11 +19,15 @@ use reference_trainer::tokenizer::Tokenizer;
 use reference_trainer::train::run::RUN_CONFIG;
 use reference_trainer::train::{train, Reporter, RunOptions, RunResult, TrainConfig};
 
-/// Log lines on stdout; one progress bar per phase on stderr (indicatif draws nothing when
-/// stderr is not a terminal, so logs and CI stay clean); the signal that asked the run to stop.
+/// Log lines on stdout; one progress bar per phase on stderr, or, where stderr is not a
+/// terminal (indicatif draws nothing there), a plain progress line on stderr at most once a
+/// minute ([`progress_line`]: an hour of SFT in a log file is not silent, and stdout, which tests
+/// compare between runs, stays free of timings); the signal that asked the run to stop.
 struct CliReporter {
     quiet: bool,
     bar: Option<indicatif::ProgressBar>,
+    /// The phase, its total, when it began and when a plain line was last written.
+    plain: Option<(String, usize, Instant, Instant)>,
     /// The number of the signal that asked to stop (0: none), set by the signal handlers.
     stop: Arc<AtomicUsize>,
     fault: Option<SignalFault>,
@@ -33,6 +38,7 @@ impl CliReporter {
         Self {
             quiet,
             bar: None,
+            plain: None,
             stop: Arc::new(AtomicUsize::new(0)),
             fault: None,
         }
@@ -159,12 +165,22 @@ impl Reporter for CliReporter {
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_prefix(phase.to_string());
+        if bar.is_hidden() {
+            let now = Instant::now();
+            self.plain = Some((phase.to_string(), total, now, now));
+        }
         self.bar = Some(bar);
     }
 
     fn advance(&mut self, done: usize) {
         if let Some(b) = &self.bar {
             b.set_position(done as u64);
+        }
+        if let Some((phase, total, start, last)) = &mut self.plain {
+            if last.elapsed() >= PLAIN_PROGRESS_EVERY {
+                *last = Instant::now();
+                eprintln!("{}", progress_line(phase, done, *total, start.elapsed()));
+            }
         }
         if let Some(f) = &mut self.fault {
             f.advance();
@@ -175,6 +191,7 @@ impl Reporter for CliReporter {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
         }
+        self.plain = None;
         if let Some(f) = &mut self.fault {
             f.end();
         }
@@ -186,6 +203,33 @@ impl Reporter for CliReporter {
             signal => Some(signal as i32),
         }
     }
+}
+
+/// How often a phase writes a plain progress line where no bar is drawn.
+const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(60);
+
+/// `  sft 1200/2752 (43.6 %), 25:13 elapsed, eta 32:36`: a phase's progress as a log line (the
+/// eta from the pace so far; none before the first unit is done).
+fn progress_line(phase: &str, done: usize, total: usize, elapsed: Duration) -> String {
+    let clock = |d: Duration| {
+        let s = d.as_secs();
+        if s >= 3600 {
+            format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+        } else {
+            format!("{}:{:02}", s / 60, s % 60)
+        }
+    };
+    let pct = 100.0 * done as f64 / total.max(1) as f64;
+    let eta = if done == 0 || done >= total {
+        String::new()
+    } else {
+        let left = elapsed.as_secs_f64() * (total - done) as f64 / done as f64;
+        format!(", eta {}", clock(Duration::from_secs_f64(left)))
+    };
+    format!(
+        "  {phase} {done}/{total} ({pct:.1} %), {} elapsed{eta}",
+        clock(elapsed)
+    )
 }
 
 #[global_allocator]
@@ -961,4 +1005,32 @@ fn print_episode(
         rec.resamples
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_progress_line_says_where_the_phase_is_and_when_it_ends() {
+        let s = Duration::from_secs;
+        assert_eq!(
+            progress_line("sft", 1200, 2752, s(25 * 60 + 13)),
+            "  sft 1200/2752 (43.6 %), 25:13 elapsed, eta 32:36"
+        );
+        // Hours; no eta before the first unit or after the last.
+        assert_eq!(
+            progress_line("pretrain", 0, 986, s(3725)),
+            "  pretrain 0/986 (0.0 %), 1:02:05 elapsed"
+        );
+        assert_eq!(
+            progress_line("eval", 200, 200, s(59)),
+            "  eval 200/200 (100.0 %), 0:59 elapsed"
+        );
+        // A phase of no units does not divide by zero.
+        assert_eq!(
+            progress_line("x", 0, 0, s(0)),
+            "  x 0/0 (0.0 %), 0:00 elapsed"
+        );
+    }
 }
