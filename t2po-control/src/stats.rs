@@ -866,7 +866,12 @@ fn scan(xs: &[f32], top: &mut TopJ) -> f32 {
 ))]
 fn sums(xs: &[f32], m: f32, has_max: bool) -> (f32, f32, f32) {
     #[cfg(t2po_static_simd)]
-    return portable_sums(cfg!(target_feature = "fma"), xs, m, has_max);
+    return portable_sums(
+        multiversion::target::target_cfg_f!(target_feature = "fma"),
+        xs,
+        m,
+        has_max,
+    );
     #[cfg(not(t2po_static_simd))]
     multiversion::target::match_target! {
         "x86_64+avx512f" => if has_max {
@@ -930,12 +935,8 @@ fn sums_and_scan<T: Logit>(
     #[cfg(t2po_static_simd)]
     return {
         let _ = (far, careful);
-        let fma = cfg!(target_feature = "fma");
-        if has_max {
-            interleaved::<true>(fma, cur, m, next, top)
-        } else {
-            interleaved::<false>(fma, cur, m, next, top)
-        }
+        let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
+        portable_interleaved(fma, cur, m, has_max, next, top)
     };
     #[cfg(not(t2po_static_simd))]
     multiversion::target::match_target! {
@@ -956,12 +957,25 @@ fn sums_and_scan<T: Logit>(
         _ => {
             let _ = (far, careful);
             let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
-            if has_max {
-                interleaved::<true>(fma, cur, m, next, top)
-            } else {
-                interleaved::<false>(fma, cur, m, next, top)
-            }
+            portable_interleaved(fma, cur, m, has_max, next, top)
         },
+    }
+}
+
+/// [`sums_and_scan`] in the portable form (`fma`: the clone has FMA).
+#[inline(always)]
+fn portable_interleaved(
+    fma: bool,
+    cur: &[f32],
+    m: f32,
+    has_max: bool,
+    next: &[f32],
+    top: &mut TopJ,
+) -> ((f32, f32, f32), f32) {
+    if has_max {
+        interleaved::<true>(fma, cur, m, next, top)
+    } else {
+        interleaved::<false>(fma, cur, m, next, top)
     }
 }
 
