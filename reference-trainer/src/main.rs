@@ -379,6 +379,11 @@ enum Command {
         /// T2PO-RFT, GiGPO-length-reward, T2PO-peak-cut, T2PO-calibrated).
         #[arg(long, value_delimiter = ',')]
         arms: Vec<String>,
+        /// Arms run at a time after each seed's cold start, each on an equal share of the
+        /// threads (RAYON_NUM_THREADS, else every core; at least one each). The table is the
+        /// one the arms give one after another; their progress comes as prefixed lines.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+        jobs: u64,
     },
     /// Sample episodes from the embedded default model (or a checkpoint) and print each turn:
     /// think length, M_t summary, whether and why TTI fired, TDS tries, the action, the reward.
@@ -740,6 +745,7 @@ fn run() -> Result<()> {
             iterations,
             seeds,
             arms,
+            jobs,
         } => {
             use reference_trainer::train::ablate::Variant;
             let variants = if arms.is_empty() {
@@ -759,6 +765,7 @@ fn run() -> Result<()> {
                 &cfg,
                 &variants,
                 &seeds,
+                jobs as usize,
                 &out,
                 &device_of(run.device)?,
                 &mut rep,

@@ -20,6 +20,9 @@ use crate::algo::Estimator;
 use crate::error::{Error, Result};
 use crate::rollout::TriggerName;
 use candle_core::Device;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
 
 /// One arm of the comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,12 +208,94 @@ fn mean_std(v: &[f64]) -> (f64, f64) {
     (m, s)
 }
 
+/// What one arm's run on one seed gave.
+struct ArmOutcome {
+    before: RolloutSummary,
+    after: RolloutSummary,
+    sampled_after: Option<f64>,
+    seconds: f64,
+    curve: Vec<(f64, f64)>,
+}
+
+impl ArmResult {
+    fn push(&mut self, o: ArmOutcome) {
+        self.before.push(o.before);
+        self.after.push(o.after);
+        if let Some(s) = o.sampled_after {
+            self.sampled_after.push(s);
+        }
+        self.seconds.push(o.seconds);
+        self.curves.push(o.curve);
+    }
+}
+
+/// RL of `variant` on `cfg` (one seed's) into `dir`, from the seed's cold start `init`.
+fn run_arm(
+    variant: Variant,
+    cfg: &TrainConfig,
+    dir: &Path,
+    init: &Path,
+    device: &Device,
+    rep: &mut dyn Reporter,
+) -> Result<ArmOutcome> {
+    // −RFT runs its own cold start with no SFT and no rejection round: the pretraining (the
+    // same seed, the same policy as the shared cold start's) and then RL.
+    let no_rft = variant == Variant::NoRft;
+    let r = train(
+        variant.apply(cfg),
+        &RunOptions {
+            out: dir.to_path_buf(),
+            resume: true,
+            explicit_config: false,
+            iterations_given: false,
+            init: (!no_rft).then(|| init.to_path_buf()),
+            device: device.clone(),
+            cold_start: no_rft,
+            rl: true,
+        },
+        rep,
+    )?;
+    let lines = MetricsLog::new(dir.join("metrics.jsonl")).read()?;
+    Ok(ArmOutcome {
+        curve: lines
+            .iter()
+            .filter_map(|l| {
+                l.eval
+                    .as_ref()
+                    .map(|e| (l.iteration as f64, e.success_rate))
+            })
+            .collect(),
+        seconds: lines
+            .iter()
+            .filter(|l| l.stage == "rl")
+            .map(|l| l.seconds)
+            .sum(),
+        before: r.before.unwrap_or_default(),
+        after: r.after.unwrap_or_default(),
+        sampled_after: lines
+            .iter()
+            .rev()
+            .find_map(|l| l.eval_sampled.as_ref())
+            .map(|s| s.success_rate),
+    })
+}
+
 /// Runs each of `variants` for every seed under `out`; returns the arms and the markdown
 /// table (also written to `out/ablation.md`, with `out/ablation_success.png`).
+///
+/// Each seed's cold start runs first, on the caller's rayon pool; then its arms run `jobs`
+/// at a time, each on a pool of its own with an equal share of the caller's threads (at
+/// least one). Each arm is a run of its own folder with its own seeded state, so the table
+/// does not depend on `jobs` where a run's figures do not depend on its thread count (the
+/// trainer's kernels split work by rows, not by sums: `tests/ablate.rs` checks the table
+/// from `jobs` 1 and 2 on one thread per arm). With `jobs` > 1 the arms' progress comes to
+/// `rep` as lines prefixed with the arm's name (no progress bars), and a stop that `rep`
+/// requests reaches every running arm.
 pub fn ablate(
     base: &TrainConfig,
     variants: &[Variant],
     seeds: &[u64],
+    jobs: usize,
     out: &Path,
     device: &Device,
     rep: &mut dyn Reporter,
@@ -220,6 +305,9 @@ pub fn ablate(
     }
     if variants.is_empty() {
         return Err(Error::invalid("--arms", "at least one arm"));
+    }
+    if jobs == 0 {
+        return Err(Error::invalid("--jobs", "at least one arm at a time"));
     }
     let mut arms: Vec<ArmResult> = variants
         .iter()
@@ -235,7 +323,8 @@ pub fn ablate(
     for &seed in seeds {
         let mut cfg = base.clone();
         cfg.seed = seed;
-        let cold_out = out.join(format!("seed-{seed}")).join("cold");
+        let seed_dir = out.join(format!("seed-{seed}"));
+        let cold_out = seed_dir.join("cold");
         rep.line(&format!("ablation seed {seed}: cold start"));
         train(
             cfg.clone(),
@@ -252,49 +341,18 @@ pub fn ablate(
             rep,
         )?;
         let init: PathBuf = cold_out.join("cold-start");
-        for arm in &mut arms {
-            rep.line(&format!("ablation seed {seed}: {}", arm.variant.name()));
-            let vcfg = arm.variant.apply(&cfg);
-            let dir = out.join(format!("seed-{seed}")).join(arm.variant.name());
-            // −RFT runs its own cold start with no SFT and no rejection round: the pretraining
-            // (the same seed, the same policy as the shared cold start's) and then RL.
-            let no_rft = arm.variant == Variant::NoRft;
-            let r = train(
-                vcfg,
-                &RunOptions {
-                    out: dir.clone(),
-                    resume: true,
-                    explicit_config: false,
-                    iterations_given: false,
-                    init: (!no_rft).then(|| init.clone()),
-                    device: device.clone(),
-                    cold_start: no_rft,
-                    rl: true,
-                },
-                rep,
-            )?;
-            let lines = MetricsLog::new(dir.join("metrics.jsonl")).read()?;
-            arm.curves.push(
-                lines
-                    .iter()
-                    .filter_map(|l| {
-                        l.eval
-                            .as_ref()
-                            .map(|e| (l.iteration as f64, e.success_rate))
-                    })
-                    .collect(),
-            );
-            arm.seconds.push(
-                lines
-                    .iter()
-                    .filter(|l| l.stage == "rl")
-                    .map(|l| l.seconds)
-                    .sum(),
-            );
-            arm.before.push(r.before.unwrap_or_default());
-            arm.after.push(r.after.unwrap_or_default());
-            if let Some(sampled) = lines.iter().rev().find_map(|l| l.eval_sampled.as_ref()) {
-                arm.sampled_after.push(sampled.success_rate);
+        if jobs == 1 || arms.len() == 1 {
+            for arm in &mut arms {
+                rep.line(&format!("ablation seed {seed}: {}", arm.variant.name()));
+                let dir = seed_dir.join(arm.variant.name());
+                arm.push(run_arm(arm.variant, &cfg, &dir, &init, device, rep)?);
+            }
+        } else {
+            let variants: Vec<Variant> = arms.iter().map(|a| a.variant).collect();
+            let outcomes =
+                parallel_arms(&variants, seed, &cfg, &seed_dir, &init, jobs, device, rep)?;
+            for (arm, o) in arms.iter_mut().zip(outcomes) {
+                arm.push(o);
             }
         }
     }
@@ -319,6 +377,140 @@ pub fn ablate(
         Err(e) => return Err(Error::invalid("plot", e.to_string())),
     }
     Ok((arms, table))
+}
+
+/// What a parallel arm sends to the thread that owns the caller's reporter.
+enum Message {
+    Line(String),
+    Done(usize, Box<Result<ArmOutcome>>),
+}
+
+/// A parallel arm's reporter: its lines go to the caller's reporter with the arm's name in
+/// front; its phases are not drawn (bars of several arms would overwrite each other); a stop
+/// the caller's reporter requested reaches it through `stop` (0: none).
+struct ArmReporter<'a> {
+    prefix: String,
+    tx: mpsc::Sender<Message>,
+    stop: &'a AtomicI32,
+}
+
+impl Reporter for ArmReporter<'_> {
+    fn line(&mut self, text: &str) {
+        let text: Vec<String> = text
+            .lines()
+            .map(|l| format!("{}{l}", self.prefix))
+            .collect();
+        // The receiver outlives every worker (it is dropped after the scope joins them).
+        let _ = self.tx.send(Message::Line(text.join("\n")));
+    }
+    fn begin(&mut self, _phase: &str, _total: usize) {}
+    fn advance(&mut self, _done: usize) {}
+    fn end(&mut self) {}
+    fn stop_requested(&self) -> Option<i32> {
+        match self.stop.load(Ordering::Relaxed) {
+            0 => None,
+            signal => Some(signal),
+        }
+    }
+}
+
+/// One seed's arms, `jobs` at a time (see [`ablate`]); their outcomes in `variants`' order.
+/// After an arm fails no new arm starts; those running finish; the first failure (in arm
+/// order) is returned.
+#[allow(clippy::too_many_arguments)]
+fn parallel_arms(
+    variants: &[Variant],
+    seed: u64,
+    cfg: &TrainConfig,
+    seed_dir: &Path,
+    init: &Path,
+    jobs: usize,
+    device: &Device,
+    rep: &mut dyn Reporter,
+) -> Result<Vec<ArmOutcome>> {
+    let n = variants.len();
+    let workers = jobs.min(n);
+    let threads = (rayon::current_num_threads() / workers).max(1);
+    let pools = (0..workers)
+        .map(|_| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .map_err(|e| Error::invalid("--jobs", format!("a thread pool for an arm: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    rep.line(&format!(
+        "ablation seed {seed}: {n} arms, {workers} at a time on {threads} thread(s) each"
+    ));
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let stop = AtomicI32::new(0);
+    let mut outcomes: Vec<Option<Result<ArmOutcome>>> = (0..n).map(|_| None).collect();
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|scope| {
+        for pool in &pools {
+            let tx = tx.clone();
+            let (next, failed, stop) = (&next, &failed, &stop);
+            scope.spawn(move || loop {
+                if failed.load(Ordering::Relaxed) {
+                    break;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&v) = variants.get(i) else { break };
+                let _ = tx.send(Message::Line(format!(
+                    "ablation seed {seed}: {} begins",
+                    v.name()
+                )));
+                let mut arm_rep = ArmReporter {
+                    prefix: format!("[{}] ", v.name()),
+                    tx: tx.clone(),
+                    stop,
+                };
+                let dir = seed_dir.join(v.name());
+                let r = pool.install(|| run_arm(v, cfg, &dir, init, device, &mut arm_rep));
+                if r.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                let _ = tx.send(Message::Done(i, Box::new(r)));
+            });
+        }
+        drop(tx);
+        loop {
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(Message::Line(l)) => rep.line(&l),
+                Ok(Message::Done(i, r)) => {
+                    if r.is_ok() {
+                        rep.line(&format!(
+                            "ablation seed {seed}: {} done",
+                            variants[i].name()
+                        ));
+                    }
+                    outcomes[i] = Some(*r);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if let Some(signal) = rep.stop_requested() {
+                stop.store(signal, Ordering::Relaxed);
+            }
+        }
+    });
+    let mut done = Vec::with_capacity(n);
+    let mut first_error = None;
+    for o in outcomes.into_iter().flatten() {
+        match o {
+            Ok(x) => done.push(x),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    // Every arm reports before its worker ends (a panic would have crossed the scope).
+    debug_assert_eq!(done.len(), n);
+    Ok(done)
 }
 
 fn mean_curve(curves: &[Vec<(f64, f64)>]) -> Vec<(f64, f64)> {
