@@ -760,8 +760,8 @@ fn run() -> Result<()> {
                 PathBuf::from("runs").join(format!("ablate-{}", cfg.env.as_str()))
             });
             let seeds: Vec<u64> = (0..seeds as u64).map(|i| cfg.seed + i).collect();
-            let mut rep = CliReporter::new(run.quiet);
-            let (_, table) = reference_trainer::train::ablate::ablate(
+            let mut rep = CliReporter::new(run.quiet).stop_on_signals()?;
+            let result = reference_trainer::train::ablate::ablate(
                 &cfg,
                 &variants,
                 &seeds,
@@ -769,7 +769,24 @@ fn run() -> Result<()> {
                 &out,
                 &device_of(run.device)?,
                 &mut rep,
-            )?;
+            );
+            let (_, table) = match result {
+                // Every arm (and cold start) resumes from its own folder: the same command
+                // goes on, not `train --resume` on the one folder the error names.
+                Err(reference_trainer::Error::Interrupted {
+                    signal, out: at, ..
+                }) => {
+                    eprintln!(
+                        "stopped by {} at a safe point (in {}); to continue, run the same \
+                         `ablate` command: every run under {} resumes from its latest checkpoint",
+                        reference_trainer::error::signal_name(signal),
+                        at.display(),
+                        out.display()
+                    );
+                    std::process::exit(128 + signal);
+                }
+                r => r?,
+            };
             println!();
             println!("{table}");
             println!(

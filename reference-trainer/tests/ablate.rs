@@ -1,10 +1,13 @@
 //! `reference-trainer ablate` as a user runs it, on tiny settings: the arms one after another
 //! and `--jobs 2` at a time (one thread each) give the same table and the same metrics, arm
-//! by arm; `--jobs 0` is refused before any work.
+//! by arm, and a SIGTERM to such a run stops every running arm (exit 143) and the same command
+//! then ends on that table; `--jobs 0` is refused before any work.
 
 mod common;
 
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::{fails, ok, timeless, tiny, write_config};
 use reference_trainer::rollout::EnvKind;
@@ -12,11 +15,11 @@ use reference_trainer::train::MetricsLog;
 
 const ARMS: [&str; 3] = ["T2PO", "GiGPO", "GRPO"];
 
-/// `ablate` of the tiny Search QA config into `out` with `threads` rayon threads and `jobs`;
-/// its stdout.
-fn ablate(cache: &Path, config: &Path, out: &Path, threads: &str, jobs: &str) -> String {
-    ok(common::cli(cache)
-        .env("RAYON_NUM_THREADS", threads)
+/// The `ablate` command of the tiny Search QA config into `out` with `threads` rayon threads
+/// and `jobs`.
+fn ablate_command(cache: &Path, config: &Path, out: &Path, threads: &str, jobs: &str) -> Command {
+    let mut c = common::cli(cache);
+    c.env("RAYON_NUM_THREADS", threads)
         .args([
             "ablate", "--quiet", "--seeds", "1", "--jobs", jobs, "--arms",
         ])
@@ -24,7 +27,13 @@ fn ablate(cache: &Path, config: &Path, out: &Path, threads: &str, jobs: &str) ->
         .arg("--config")
         .arg(config)
         .arg("--out")
-        .arg(out)
+        .arg(out);
+    c
+}
+
+/// Its stdout, from a run that must succeed.
+fn ablate(cache: &Path, config: &Path, out: &Path, threads: &str, jobs: &str) -> String {
+    ok(ablate_command(cache, config, out, threads, jobs)
         .output()
         .unwrap())
 }
@@ -81,6 +90,46 @@ fn arms_at_a_time_give_the_table_of_arms_in_turn() {
         assert!(m.len() >= 3, "{arm}: {} lines", m.len());
         assert_eq!(m, metrics(&parallel), "{arm}");
     }
+
+    // SIGTERM once the first arms have checkpointed their first iteration: the running arms
+    // stop at a safe point, the run exits 143, and the same command resumes them all.
+    let stopped = work.path().join("stopped");
+    let mut child = ablate_command(cache.path(), &config, &stopped, "2", "2")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let latest = stopped
+        .join("seed-2026")
+        .join(ARMS[0])
+        .join("checkpoints")
+        .join("latest");
+    let t0 = Instant::now();
+    while std::fs::read_to_string(&latest).ok().as_deref() != Some("iter-000001") {
+        assert!(t0.elapsed() < Duration::from_secs(600), "RL never began");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let run = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(143), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains("stopped by SIGTERM at a safe point")
+            && stderr.contains("run the same `ablate` command"),
+        "{stderr}"
+    );
+    assert!(
+        !stopped.join("ablation.md").exists(),
+        "a stopped run wrote its table"
+    );
+    ablate(cache.path(), &config, &stopped, "2", "2");
+    assert_eq!(rows, rows_without_wall_time(&stopped));
 }
 
 #[test]
