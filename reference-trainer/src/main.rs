@@ -380,8 +380,9 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         arms: Vec<String>,
         /// Arms run at a time after each seed's cold start, each on an equal share of the
-        /// threads (RAYON_NUM_THREADS, else every core; at least one each). The table is the
-        /// one the arms give one after another; their progress comes as prefixed lines.
+        /// threads (RAYON_NUM_THREADS, else every core; at least one each). With the same
+        /// threads per arm the table is the one the arms give one after another; their
+        /// progress comes as prefixed lines.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
         jobs: u64,
     },

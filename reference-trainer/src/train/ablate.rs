@@ -285,10 +285,10 @@ fn run_arm(
 ///
 /// Each seed's cold start runs first, on the caller's rayon pool; then its arms run `jobs`
 /// at a time, each on a pool of its own with an equal share of the caller's threads (at
-/// least one). Each arm is a run of its own folder with its own seeded state, so the table
-/// does not depend on `jobs` where a run's figures do not depend on its thread count (the
-/// trainer's kernels split work by rows, not by sums: `tests/ablate.rs` checks the table
-/// from `jobs` 1 and 2 on one thread per arm). With `jobs` > 1 the arms' progress comes to
+/// least one). Each arm is a run of its own folder with its own seeded state, so with the
+/// same threads per arm the table does not depend on `jobs` (`tests/ablate.rs`: `jobs` 1 on
+/// one thread and 2 on two give the same table and metrics; whether a run's figures depend on
+/// its thread count is not checked there). With `jobs` > 1 the arms' progress comes to
 /// `rep` as lines prefixed with the arm's name (no progress bars), and a stop that `rep`
 /// requests reaches every running arm.
 pub fn ablate(
