@@ -4,7 +4,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
@@ -16,18 +15,19 @@ use reference_trainer::rollout::{
     RolloutConfig, SamplingParams, Split,
 };
 use reference_trainer::tokenizer::Tokenizer;
+use reference_trainer::train::progress::{PlainProgress, PLAIN_PROGRESS_EVERY};
 use reference_trainer::train::run::RUN_CONFIG;
 use reference_trainer::train::{train, Reporter, RunOptions, RunResult, TrainConfig};
 
 /// Log lines on stdout; one progress bar per phase on stderr, or, where stderr is not a
 /// terminal (indicatif draws nothing there), a plain progress line on stderr at most once a
-/// minute ([`progress_line`]: an hour of SFT in a log file is not silent, and stdout, which tests
+/// minute (`train::progress`: an hour of SFT in a log file is not silent, and stdout, which tests
 /// compare between runs, stays free of timings); the signal that asked the run to stop.
 struct CliReporter {
     quiet: bool,
     bar: Option<indicatif::ProgressBar>,
-    /// The phase, its total, when it began and when a plain line was last written.
-    plain: Option<(String, usize, Instant, Instant)>,
+    /// The phase's plain progress lines, where no bar is drawn.
+    plain: Option<PlainProgress>,
     /// The number of the signal that asked to stop (0: none), set by the signal handlers.
     stop: Arc<AtomicUsize>,
     fault: Option<SignalFault>,
@@ -166,8 +166,7 @@ impl Reporter for CliReporter {
         }
         bar.set_prefix(phase.to_string());
         if bar.is_hidden() {
-            let now = Instant::now();
-            self.plain = Some((phase.to_string(), total, now, now));
+            self.plain = Some(PlainProgress::begin(phase, total, PLAIN_PROGRESS_EVERY));
         }
         self.bar = Some(bar);
     }
@@ -176,11 +175,8 @@ impl Reporter for CliReporter {
         if let Some(b) = &self.bar {
             b.set_position(done as u64);
         }
-        if let Some((phase, total, start, last)) = &mut self.plain {
-            if last.elapsed() >= PLAIN_PROGRESS_EVERY {
-                *last = Instant::now();
-                eprintln!("{}", progress_line(phase, done, *total, start.elapsed()));
-            }
+        if let Some(line) = self.plain.as_mut().and_then(|p| p.advance(done)) {
+            eprintln!("{line}");
         }
         if let Some(f) = &mut self.fault {
             f.advance();
@@ -197,39 +193,22 @@ impl Reporter for CliReporter {
         }
     }
 
+    fn progress(&mut self, text: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bar {
+            Some(b) => b.suspend(|| eprintln!("{text}")),
+            None => eprintln!("{text}"),
+        }
+    }
+
     fn stop_requested(&self) -> Option<i32> {
         match self.stop.load(Ordering::Relaxed) {
             0 => None,
             signal => Some(signal as i32),
         }
     }
-}
-
-/// How often a phase writes a plain progress line where no bar is drawn.
-const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(60);
-
-/// `  sft 1200/2752 (43.6 %), 25:13 elapsed, eta 32:36`: a phase's progress as a log line (the
-/// eta from the pace so far; none before the first unit is done).
-fn progress_line(phase: &str, done: usize, total: usize, elapsed: Duration) -> String {
-    let clock = |d: Duration| {
-        let s = d.as_secs();
-        if s >= 3600 {
-            format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-        } else {
-            format!("{}:{:02}", s / 60, s % 60)
-        }
-    };
-    let pct = 100.0 * done as f64 / total.max(1) as f64;
-    let eta = if done == 0 || done >= total {
-        String::new()
-    } else {
-        let left = elapsed.as_secs_f64() * (total - done) as f64 / done as f64;
-        format!(", eta {}", clock(Duration::from_secs_f64(left)))
-    };
-    format!(
-        "  {phase} {done}/{total} ({pct:.1} %), {} elapsed{eta}",
-        clock(elapsed)
-    )
 }
 
 #[global_allocator]
@@ -379,10 +358,11 @@ enum Command {
         /// T2PO-RFT, GiGPO-length-reward, T2PO-peak-cut, T2PO-calibrated).
         #[arg(long, value_delimiter = ',')]
         arms: Vec<String>,
-        /// Arms run at a time after each seed's cold start, each on an equal share of the
-        /// threads (RAYON_NUM_THREADS, else every core; at least one each). With the same
-        /// threads per arm the table is the one the arms give one after another; their
-        /// progress comes as prefixed lines.
+        /// Runs at a time, each on an equal share of the threads (RAYON_NUM_THREADS, else
+        /// every core; at least one each): after the first seed's cold start, the other seeds'
+        /// cold starts, then each seed's arms once its cold start is done. With the same
+        /// threads per run the table is the one the runs give one after another; their lines
+        /// come with the seed and run in front, their progress once a minute on stderr.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
         jobs: u64,
     },
@@ -1030,32 +1010,4 @@ fn print_episode(
         rec.resamples
     )?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_plain_progress_line_says_where_the_phase_is_and_when_it_ends() {
-        let s = Duration::from_secs;
-        assert_eq!(
-            progress_line("sft", 1200, 2752, s(25 * 60 + 13)),
-            "  sft 1200/2752 (43.6 %), 25:13 elapsed, eta 32:36"
-        );
-        // Hours; no eta before the first unit or after the last.
-        assert_eq!(
-            progress_line("pretrain", 0, 986, s(3725)),
-            "  pretrain 0/986 (0.0 %), 1:02:05 elapsed"
-        );
-        assert_eq!(
-            progress_line("eval", 200, 200, s(59)),
-            "  eval 200/200 (100.0 %), 0:59 elapsed"
-        );
-        // A phase of no units does not divide by zero.
-        assert_eq!(
-            progress_line("x", 0, 0, s(0)),
-            "  x 0/0 (0.0 %), 0:00 elapsed"
-        );
-    }
 }

@@ -1,7 +1,8 @@
-//! `reference-trainer ablate` as a user runs it, on tiny settings: the arms one after another
-//! and `--jobs 2` at a time (one thread each) give the same table and the same metrics, arm
-//! by arm, and a SIGTERM to such a run stops every running arm (exit 143) and the same command
-//! then ends on that table; `--jobs 0` is refused before any work.
+//! `reference-trainer ablate` as a user runs it, on tiny settings (two seeds, two arms): the
+//! runs one after another and `--jobs 2` at a time (one thread each, the second seed's cold
+//! start beside the first seed's arms) give the same table and the same metrics, arm by arm,
+//! and a SIGTERM to such a run stops every running run (exit 143) and the same command then
+//! ends on that table; `--jobs 0` is refused before any work.
 
 mod common;
 
@@ -13,7 +14,8 @@ use common::{fails, ok, timeless, tiny, write_config};
 use reference_trainer::rollout::EnvKind;
 use reference_trainer::train::MetricsLog;
 
-const ARMS: [&str; 3] = ["T2PO", "GiGPO", "GRPO"];
+const ARMS: [&str; 2] = ["T2PO", "GRPO"];
+const SEEDS: [&str; 2] = ["2026", "2027"];
 
 /// The `ablate` command of the tiny Search QA config into `out` with `threads` rayon threads
 /// and `jobs`.
@@ -21,7 +23,7 @@ fn ablate_command(cache: &Path, config: &Path, out: &Path, threads: &str, jobs: 
     let mut c = common::cli(cache);
     c.env("RAYON_NUM_THREADS", threads)
         .args([
-            "ablate", "--quiet", "--seeds", "1", "--jobs", jobs, "--arms",
+            "ablate", "--quiet", "--seed", SEEDS[0], "--seeds", "2", "--jobs", jobs, "--arms",
         ])
         .arg(ARMS.join(","))
         .arg("--config")
@@ -59,36 +61,53 @@ fn arms_at_a_time_give_the_table_of_arms_in_turn() {
     let serial = work.path().join("serial");
     let parallel = work.path().join("parallel");
     let serial_out = ablate(cache.path(), &config, &serial, "1", "1");
-    // Two threads, two arms at a time: one thread each, as the serial run's.
+    // Two threads, two runs at a time: one thread each, as the serial run's.
     let parallel_out = ablate(cache.path(), &config, &parallel, "2", "2");
     assert!(
-        parallel_out.contains("3 arms, 2 at a time on 1 thread(s) each"),
+        parallel_out
+            .contains("5 runs (1 cold start(s), 4 arm(s)), 2 at a time on 1 thread(s) each"),
         "{parallel_out}"
     );
-    // The arms' own lines come through, with the arm's name in front.
-    for arm in ARMS {
-        assert!(
-            parallel_out.contains(&format!("[{arm}] iter ")),
-            "{arm}: {parallel_out}"
-        );
-        assert!(parallel_out.contains(&format!("seed 2026: {arm} done")));
+    // The runs' own lines come through, with the seed and the run's name in front.
+    for seed in SEEDS {
+        for arm in ARMS {
+            assert!(
+                parallel_out.contains(&format!("[{seed} {arm}] iter ")),
+                "{seed} {arm}: {parallel_out}"
+            );
+            assert!(parallel_out.contains(&format!("ablation: {seed} {arm} done")));
+        }
     }
+    // The second seed's cold start runs beside the first seed's arms.
+    let at = |s: &str| {
+        parallel_out
+            .find(s)
+            .unwrap_or_else(|| panic!("{s}: {parallel_out}"))
+    };
+    assert!(at("ablation: 2027 cold start begins") < at("ablation: 2026 T2PO done"));
+    assert!(at("[2027 cold start] ") < at("ablation: 2027 cold start done"));
     assert!(!serial_out.contains("at a time"), "{serial_out}");
     let rows = rows_without_wall_time(&serial);
     assert_eq!(rows.len(), ARMS.len(), "{rows:?}");
     assert_eq!(rows, rows_without_wall_time(&parallel));
-    for arm in ARMS {
-        let metrics = |root: &Path| {
-            MetricsLog::new(root.join("seed-2026").join(arm).join("metrics.jsonl"))
+    for seed in SEEDS {
+        for arm in ARMS {
+            let metrics = |root: &Path| {
+                MetricsLog::new(
+                    root.join(format!("seed-{seed}"))
+                        .join(arm)
+                        .join("metrics.jsonl"),
+                )
                 .read()
                 .unwrap()
                 .iter()
                 .map(timeless)
                 .collect::<Vec<_>>()
-        };
-        let m = metrics(&serial);
-        assert!(m.len() >= 3, "{arm}: {} lines", m.len());
-        assert_eq!(m, metrics(&parallel), "{arm}");
+            };
+            let m = metrics(&serial);
+            assert!(m.len() >= 3, "{seed} {arm}: {} lines", m.len());
+            assert_eq!(m, metrics(&parallel), "{seed} {arm}");
+        }
     }
 
     // SIGTERM once the first arms have checkpointed their first iteration: the running arms

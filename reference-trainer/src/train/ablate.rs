@@ -14,14 +14,16 @@ use std::path::{Path, PathBuf};
 use super::config::TrainConfig;
 use super::metrics::{MetricsLog, RolloutSummary};
 use super::plots::{write_png, Chart, PlotError, Series};
+use super::progress::{PlainProgress, PLAIN_PROGRESS_EVERY};
 use super::rft::Reporter;
 use super::run::{train, RunOptions};
 use crate::algo::Estimator;
 use crate::error::{Error, Result};
 use crate::rollout::TriggerName;
 use candle_core::Device;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 /// One arm of the comparison.
@@ -283,14 +285,20 @@ fn run_arm(
 /// Runs each of `variants` for every seed under `out`; returns the arms and the markdown
 /// table (also written to `out/ablation.md`, with `out/ablation_success.png`).
 ///
-/// Each seed's cold start runs first, on the caller's rayon pool; then its arms run `jobs`
-/// at a time, each on a pool of its own with an equal share of the caller's threads (at
-/// least one). Each arm is a run of its own folder with its own seeded state, so with the
-/// same threads per arm the table does not depend on `jobs` (`tests/ablate.rs`: `jobs` 1 on
-/// one thread and 2 on two give the same table and metrics; whether a run's figures depend on
-/// its thread count is not checked there). With `jobs` > 1 the arms' progress comes to
-/// `rep` as lines prefixed with the arm's name (no progress bars), and a stop that `rep`
-/// requests reaches every running arm.
+/// `jobs` = 1: each seed's cold start, then its arms one after another, all on the caller's
+/// rayon pool, with `rep`'s progress bars. `jobs` > 1: the first seed's cold start on the
+/// caller's pool, then every other run — the other seeds' cold starts first, then the arms
+/// seed by seed — `jobs` at a time, each on a pool of its own with an equal share of the
+/// caller's threads (at least one); an arm starts once its seed's cold start is done (−RFT,
+/// which makes its own, at once), so later seeds' cold starts run beside earlier seeds' arms
+/// (`Queue`). Each run is a folder of its own with its own seeded state, so with the same
+/// threads per run the table does not depend on `jobs` (`tests/ablate.rs`: `jobs` 1 on one
+/// thread and 2 on two give the same table and metrics; whether a run's figures depend on its
+/// thread count is not checked there). With `jobs` > 1 the runs' lines come to `rep` with the
+/// seed and run in front (`[2026 GiGPO] iter 3/30: …`), their phases' progress as
+/// [`Reporter::progress`] lines once a minute (no bars), and a stop that `rep` requests reaches
+/// every running run; after a failure no new run starts, the running ones end, and the first
+/// failure (seeds in order, a seed's cold start before its arms, arms in order) is returned.
 pub fn ablate(
     base: &TrainConfig,
     variants: &[Variant],
@@ -320,38 +328,28 @@ pub fn ablate(
             curves: Vec::new(),
         })
         .collect();
-    for &seed in seeds {
-        let mut cfg = base.clone();
-        cfg.seed = seed;
-        let seed_dir = out.join(format!("seed-{seed}"));
-        let cold_out = seed_dir.join("cold");
-        rep.line(&format!("ablation seed {seed}: cold start"));
-        train(
-            cfg.clone(),
-            &RunOptions {
-                out: cold_out.clone(),
-                resume: true,
-                explicit_config: false,
-                iterations_given: false,
-                init: None,
-                device: device.clone(),
-                cold_start: true,
-                rl: false,
-            },
-            rep,
-        )?;
-        let init: PathBuf = cold_out.join("cold-start");
-        if jobs == 1 || arms.len() == 1 {
-            for arm in &mut arms {
+    let plan = Plan {
+        base,
+        variants,
+        seeds,
+        out,
+        device,
+    };
+    if jobs == 1 {
+        for (s, seed) in seeds.iter().enumerate() {
+            rep.line(&format!("ablation seed {seed}: cold start"));
+            plan.cold_start(s, rep)?;
+            for (a, arm) in arms.iter_mut().enumerate() {
                 rep.line(&format!("ablation seed {seed}: {}", arm.variant.name()));
-                let dir = seed_dir.join(arm.variant.name());
-                arm.push(run_arm(arm.variant, &cfg, &dir, &init, device, rep)?);
+                arm.push(plan.arm(s, a, rep)?);
             }
-        } else {
-            let variants: Vec<Variant> = arms.iter().map(|a| a.variant).collect();
-            let outcomes =
-                parallel_arms(&variants, seed, &cfg, &seed_dir, &init, jobs, device, rep)?;
-            for (arm, o) in arms.iter_mut().zip(outcomes) {
+        }
+    } else {
+        rep.line(&format!("ablation seed {}: cold start", seeds[0]));
+        plan.cold_start(0, rep)?;
+        let grid = parallel_runs(&plan, jobs, rep)?;
+        for row in grid {
+            for (arm, o) in arms.iter_mut().zip(row) {
                 arm.push(o);
             }
         }
@@ -379,33 +377,247 @@ pub fn ablate(
     Ok((arms, table))
 }
 
-/// What a parallel arm sends to the thread that owns the caller's reporter.
-enum Message {
-    Line(String),
-    Done(usize, Box<Result<ArmOutcome>>),
+/// What an ablation runs, and where.
+struct Plan<'a> {
+    base: &'a TrainConfig,
+    variants: &'a [Variant],
+    seeds: &'a [u64],
+    out: &'a Path,
+    device: &'a Device,
 }
 
-/// A parallel arm's reporter: its lines go to the caller's reporter with the arm's name in
-/// front; its phases are not drawn (bars of several arms would overwrite each other); a stop
-/// the caller's reporter requested reaches it through `stop` (0: none).
+impl Plan<'_> {
+    fn config(&self, s: usize) -> TrainConfig {
+        let mut cfg = self.base.clone();
+        cfg.seed = self.seeds[s];
+        cfg
+    }
+
+    fn seed_dir(&self, s: usize) -> PathBuf {
+        self.out.join(format!("seed-{}", self.seeds[s]))
+    }
+
+    /// Seed `s`'s cold start (resumed or left as it is when it has run).
+    fn cold_start(&self, s: usize, rep: &mut dyn Reporter) -> Result<()> {
+        train(
+            self.config(s),
+            &RunOptions {
+                out: self.seed_dir(s).join("cold"),
+                resume: true,
+                explicit_config: false,
+                iterations_given: false,
+                init: None,
+                device: self.device.clone(),
+                cold_start: true,
+                rl: false,
+            },
+            rep,
+        )?;
+        Ok(())
+    }
+
+    /// Arm `a` on seed `s`, from the seed's cold start.
+    fn arm(&self, s: usize, a: usize, rep: &mut dyn Reporter) -> Result<ArmOutcome> {
+        let v = self.variants[a];
+        let dir = self.seed_dir(s);
+        run_arm(
+            v,
+            &self.config(s),
+            &dir.join(v.name()),
+            &dir.join("cold").join("cold-start"),
+            self.device,
+            rep,
+        )
+    }
+
+    fn job_name(&self, job: Job) -> String {
+        match job {
+            Job::Cold(s) => format!("{} cold start", self.seeds[s]),
+            Job::Arm(s, a) => format!("{} {}", self.seeds[s], self.variants[a].name()),
+        }
+    }
+}
+
+/// One run of an ablation: seed `s`'s cold start, or arm `a` on seed `s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Job {
+    Cold(usize),
+    Arm(usize, usize),
+}
+
+impl Job {
+    /// Where a failure of this run ranks: seeds in order, a seed's cold start before its arms,
+    /// arms in order.
+    fn rank(self) -> (usize, usize) {
+        match self {
+            Job::Cold(s) => (s, 0),
+            Job::Arm(s, a) => (s, a + 1),
+        }
+    }
+}
+
+/// What the next free worker does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    /// Start this run.
+    Start(Job),
+    /// Nothing is ready yet: wait for a running cold start to end.
+    Wait,
+    /// Nothing is left to start (or a run failed): end.
+    Finished,
+}
+
+/// The order of an ablation's runs over `jobs` > 1 workers: every cold start not yet done
+/// first (each unblocks a seed's arms), then the arms seed by seed; an arm is ready when its
+/// seed's cold start is done, or at once when it makes its own (−RFT). Once a run fails,
+/// nothing new starts.
+#[derive(Clone, Debug)]
+struct Queue {
+    order: Vec<Job>,
+    started: Vec<bool>,
+    /// Per seed: `Some(true)` when its cold start is done, `Some(false)` when it failed.
+    cold: Vec<Option<bool>>,
+    /// Per arm: whether it needs its seed's cold start.
+    needs_cold: Vec<bool>,
+    failed: bool,
+}
+
+impl Queue {
+    /// `seeds` seeds whose cold starts up to `cold_done` (exclusive) are done, and the arms
+    /// `needs_cold` says depend on them.
+    fn new(seeds: usize, needs_cold: Vec<bool>, cold_done: usize) -> Self {
+        let mut order: Vec<Job> = (cold_done..seeds).map(Job::Cold).collect();
+        for s in 0..seeds {
+            order.extend((0..needs_cold.len()).map(|a| Job::Arm(s, a)));
+        }
+        Self {
+            started: vec![false; order.len()],
+            order,
+            cold: (0..seeds)
+                .map(|s| (s < cold_done).then_some(true))
+                .collect(),
+            needs_cold,
+            failed: false,
+        }
+    }
+
+    fn ready(&self, job: Job) -> bool {
+        match job {
+            Job::Cold(_) => true,
+            Job::Arm(s, a) => !self.needs_cold[a] || self.cold[s] == Some(true),
+        }
+    }
+
+    fn next(&mut self) -> Next {
+        if self.failed {
+            return Next::Finished;
+        }
+        let pending = |i: usize| !self.started[i];
+        if let Some(i) = (0..self.order.len()).find(|&i| pending(i) && self.ready(self.order[i])) {
+            self.started[i] = true;
+            return Next::Start(self.order[i]);
+        }
+        if (0..self.order.len()).any(pending) {
+            Next::Wait
+        } else {
+            Next::Finished
+        }
+    }
+
+    fn finish(&mut self, job: Job, ok: bool) {
+        if let Job::Cold(s) = job {
+            self.cold[s] = Some(ok);
+        }
+        if !ok {
+            self.failed = true;
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+}
+
+/// The next run for a free worker, waiting while none is ready; `None`: the worker ends.
+fn take(queue: &(Mutex<Queue>, Condvar)) -> Option<Job> {
+    let mut q = queue.0.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        match q.next() {
+            Next::Start(job) => return Some(job),
+            Next::Wait => q = queue.1.wait(q).unwrap_or_else(|e| e.into_inner()),
+            Next::Finished => return None,
+        }
+    }
+}
+
+/// Tells the queue that a run ended (failed unless `ok`) and wakes the waiting workers, also
+/// when the run panicked: a worker waiting for a cold start that panicked would otherwise wait
+/// for ever, and the scope would never end to pass the panic on.
+struct Ending<'q> {
+    queue: &'q (Mutex<Queue>, Condvar),
+    job: Job,
+    ok: bool,
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        let mut q = self.queue.0.lock().unwrap_or_else(|e| e.into_inner());
+        q.finish(self.job, self.ok);
+        self.queue.1.notify_all();
+    }
+}
+
+/// What a parallel run sends to the thread that owns the caller's reporter.
+enum Message {
+    Line(String),
+    Progress(String),
+    Done(Job, Box<Result<Option<ArmOutcome>>>),
+}
+
+/// A parallel run's reporter: its lines go to the caller's reporter with the run's name in
+/// front; its phases are not drawn (bars of several runs would overwrite each other) but
+/// written as a progress line once per `every`; a stop the caller's reporter requested
+/// reaches it through `stop` (0: none).
 struct ArmReporter<'a> {
     prefix: String,
     tx: mpsc::Sender<Message>,
     stop: &'a AtomicI32,
+    every: Duration,
+    plain: Option<PlainProgress>,
+}
+
+impl ArmReporter<'_> {
+    fn send(&self, m: Message) {
+        // The receiver outlives every worker (it is dropped after the scope joins them).
+        let _ = self.tx.send(m);
+    }
+
+    fn prefixed(&self, text: &str) -> String {
+        text.lines()
+            .map(|l| format!("{}{l}", self.prefix))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
 }
 
 impl Reporter for ArmReporter<'_> {
     fn line(&mut self, text: &str) {
-        let text: Vec<String> = text
-            .lines()
-            .map(|l| format!("{}{l}", self.prefix))
-            .collect();
-        // The receiver outlives every worker (it is dropped after the scope joins them).
-        let _ = self.tx.send(Message::Line(text.join("\n")));
+        self.send(Message::Line(self.prefixed(text)));
     }
-    fn begin(&mut self, _phase: &str, _total: usize) {}
-    fn advance(&mut self, _done: usize) {}
-    fn end(&mut self) {}
+    fn begin(&mut self, phase: &str, total: usize) {
+        self.plain = Some(PlainProgress::begin(phase, total, self.every));
+    }
+    fn advance(&mut self, done: usize) {
+        if let Some(line) = self.plain.as_mut().and_then(|p| p.advance(done)) {
+            self.send(Message::Progress(self.prefixed(line.trim_start())));
+        }
+    }
+    fn end(&mut self) {
+        self.plain = None;
+    }
+    fn progress(&mut self, text: &str) {
+        self.send(Message::Progress(self.prefixed(text)));
+    }
     fn stop_requested(&self) -> Option<i32> {
         match self.stop.load(Ordering::Relaxed) {
             0 => None,
@@ -414,79 +626,88 @@ impl Reporter for ArmReporter<'_> {
     }
 }
 
-/// One seed's arms, `jobs` at a time (see [`ablate`]); their outcomes in `variants`' order.
-/// After an arm fails no new arm starts; those running finish; the first failure (in arm
-/// order) is returned.
-#[allow(clippy::too_many_arguments)]
-fn parallel_arms(
-    variants: &[Variant],
-    seed: u64,
-    cfg: &TrainConfig,
-    seed_dir: &Path,
-    init: &Path,
+/// Every run after the first seed's cold start, `jobs` at a time in [`Queue`]'s order (see
+/// [`ablate`]); the arms' outcomes per seed, in `plan.variants`' order.
+fn parallel_runs(
+    plan: &Plan<'_>,
     jobs: usize,
-    device: &Device,
     rep: &mut dyn Reporter,
-) -> Result<Vec<ArmOutcome>> {
-    let n = variants.len();
-    let workers = jobs.min(n);
+) -> Result<Vec<Vec<ArmOutcome>>> {
+    let needs_cold: Vec<bool> = plan.variants.iter().map(|&v| v != Variant::NoRft).collect();
+    let queue = Queue::new(plan.seeds.len(), needs_cold, 1);
+    let (colds, runs) = (plan.seeds.len() - 1, queue.len());
+    let workers = jobs.min(runs).max(1);
     let threads = (rayon::current_num_threads() / workers).max(1);
     let pools = (0..workers)
         .map(|_| {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
-                .map_err(|e| Error::invalid("--jobs", format!("a thread pool for an arm: {e}")))
+                .map_err(|e| Error::invalid("--jobs", format!("a thread pool for a run: {e}")))
         })
         .collect::<Result<Vec<_>>>()?;
     rep.line(&format!(
-        "ablation seed {seed}: {n} arms, {workers} at a time on {threads} thread(s) each"
+        "ablation: {runs} runs ({colds} cold start(s), {} arm(s)), {workers} at a time on \
+         {threads} thread(s) each",
+        runs - colds
     ));
-    let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
+    let queue = (Mutex::new(queue), Condvar::new());
     let stop = AtomicI32::new(0);
-    let mut outcomes: Vec<Option<Result<ArmOutcome>>> = (0..n).map(|_| None).collect();
+    let mut outcomes: Vec<Vec<Option<ArmOutcome>>> = (0..plan.seeds.len())
+        .map(|_| (0..plan.variants.len()).map(|_| None).collect())
+        .collect();
+    let mut first_error: Option<(Job, Error)> = None;
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|scope| {
         for pool in &pools {
             let tx = tx.clone();
-            let (next, failed, stop) = (&next, &failed, &stop);
+            let (queue, stop) = (&queue, &stop);
             scope.spawn(move || loop {
-                if failed.load(Ordering::Relaxed) {
-                    break;
-                }
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&v) = variants.get(i) else { break };
-                let _ = tx.send(Message::Line(format!(
-                    "ablation seed {seed}: {} begins",
-                    v.name()
-                )));
-                let mut arm_rep = ArmReporter {
-                    prefix: format!("[{}] ", v.name()),
+                let Some(job) = take(queue) else { return };
+                let name = plan.job_name(job);
+                let _ = tx.send(Message::Line(format!("ablation: {name} begins")));
+                let mut run_rep = ArmReporter {
+                    prefix: format!("[{name}] "),
                     tx: tx.clone(),
                     stop,
+                    every: PLAIN_PROGRESS_EVERY,
+                    plain: None,
                 };
-                let dir = seed_dir.join(v.name());
-                let r = pool.install(|| run_arm(v, cfg, &dir, init, device, &mut arm_rep));
-                if r.is_err() {
-                    failed.store(true, Ordering::Relaxed);
-                }
-                let _ = tx.send(Message::Done(i, Box::new(r)));
+                let mut ending = Ending {
+                    queue,
+                    job,
+                    ok: false,
+                };
+                let r = pool.install(|| match job {
+                    Job::Cold(s) => plan.cold_start(s, &mut run_rep).map(|()| None),
+                    Job::Arm(s, a) => plan.arm(s, a, &mut run_rep).map(Some),
+                });
+                ending.ok = r.is_ok();
+                drop(ending);
+                let _ = tx.send(Message::Done(job, Box::new(r)));
             });
         }
         drop(tx);
         loop {
             match rx.recv_timeout(Duration::from_millis(200)) {
                 Ok(Message::Line(l)) => rep.line(&l),
-                Ok(Message::Done(i, r)) => {
-                    if r.is_ok() {
-                        rep.line(&format!(
-                            "ablation seed {seed}: {} done",
-                            variants[i].name()
-                        ));
+                Ok(Message::Progress(l)) => rep.progress(&l),
+                Ok(Message::Done(job, r)) => match *r {
+                    Ok(o) => {
+                        rep.line(&format!("ablation: {} done", plan.job_name(job)));
+                        if let (Job::Arm(s, a), Some(o)) = (job, o) {
+                            outcomes[s][a] = Some(o);
+                        }
                     }
-                    outcomes[i] = Some(*r);
-                }
+                    Err(e) => {
+                        if first_error
+                            .as_ref()
+                            .is_none_or(|(j, _)| job.rank() < j.rank())
+                        {
+                            first_error = Some((job, e));
+                        }
+                    }
+                },
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
@@ -495,22 +716,15 @@ fn parallel_arms(
             }
         }
     });
-    let mut done = Vec::with_capacity(n);
-    let mut first_error = None;
-    for o in outcomes.into_iter().flatten() {
-        match o {
-            Ok(x) => done.push(x),
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    if let Some(e) = first_error {
+    if let Some((_, e)) = first_error {
         return Err(e);
     }
-    // Every arm reports before its worker ends (a panic would have crossed the scope).
-    debug_assert_eq!(done.len(), n);
-    Ok(done)
+    // Without a failure every run ended and reported (a panic would have crossed the scope).
+    outcomes
+        .into_iter()
+        .map(|row| row.into_iter().collect::<Option<Vec<_>>>())
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| Error::invalid("ablate", "a run ended without a result"))
 }
 
 fn mean_curve(curves: &[Vec<(f64, f64)>]) -> Vec<(f64, f64)> {
@@ -738,5 +952,183 @@ mod tests {
         assert_eq!(mean_std(&[5.0]), (5.0, 0.0));
         let c = mean_curve(&[vec![(0.0, 0.2), (4.0, 0.4)], vec![(0.0, 0.4), (4.0, 0.6)]]);
         assert!((c[0].1 - 0.3).abs() < 1e-12 && (c[1].1 - 0.5).abs() < 1e-12);
+    }
+
+    /// The queue driven by `workers` workers: runs start while a worker is free and the queue
+    /// gives one; then the running run `picks` names ends, failing where it says so.
+    /// Returns the runs in the order they started, and whether any failed.
+    fn drive(mut q: Queue, workers: usize, picks: &[(usize, bool)]) -> (Vec<Job>, bool) {
+        let needs_cold = q.needs_cold.clone();
+        let mut done_cold: Vec<bool> = q.cold.iter().map(|c| *c == Some(true)).collect();
+        let (mut started, mut running, mut failed) = (Vec::new(), Vec::new(), false);
+        let mut picks = picks.iter().cycle();
+        loop {
+            while running.len() < workers {
+                match q.next() {
+                    Next::Start(job) => {
+                        assert!(!failed, "{job:?} started after a failure");
+                        assert!(!started.contains(&job), "{job:?} started twice");
+                        if let Job::Arm(s, a) = job {
+                            assert!(
+                                !needs_cold[a] || done_cold[s],
+                                "{job:?} before its cold start"
+                            );
+                            // Cold starts come first.
+                            assert!(!q
+                                .order
+                                .iter()
+                                .zip(&q.started)
+                                .any(|(j, st)| matches!(j, Job::Cold(_)) && !st));
+                        }
+                        started.push(job);
+                        running.push(job);
+                    }
+                    // Something must be running to wake a waiting worker: no deadlock.
+                    Next::Wait => {
+                        assert!(!running.is_empty(), "waiting with nothing running");
+                        break;
+                    }
+                    Next::Finished => break,
+                }
+            }
+            if running.is_empty() {
+                break;
+            }
+            let &(i, fail) = picks.next().unwrap();
+            let job = running.remove(i % running.len());
+            if let Job::Cold(s) = job {
+                done_cold[s] = !fail;
+            }
+            failed |= fail;
+            q.finish(job, !fail);
+        }
+        (started, failed)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_queue_starts_each_run_once_and_arms_after_their_cold_start(
+            seeds in 1usize..5,
+            needs_cold in proptest::collection::vec(proptest::bool::weighted(0.8), 1..6),
+            first_done in proptest::bool::ANY,
+            workers in 1usize..5,
+            picks in proptest::collection::vec((0usize..8, proptest::bool::weighted(0.05)), 1..40),
+        ) {
+            let cold_done = usize::from(first_done);
+            let q = Queue::new(seeds, needs_cold.clone(), cold_done);
+            let total = q.len();
+            proptest::prop_assert_eq!(total, seeds - cold_done + seeds * needs_cold.len());
+            let (started, failed) = drive(q, workers, &picks);
+            if !failed {
+                // Without a failure every run starts (and, by `drive`, ends).
+                proptest::prop_assert_eq!(started.len(), total);
+            }
+        }
+    }
+
+    #[test]
+    fn the_queue_overlaps_a_seeds_cold_start_with_the_arms_before_it() {
+        // Three seeds, the first's cold start done, two arms, two workers: the other two cold
+        // starts begin at once, and seed 0's arms as soon as a worker is free.
+        let mut q = Queue::new(3, vec![true, true], 1);
+        assert_eq!(q.next(), Next::Start(Job::Cold(1)));
+        assert_eq!(q.next(), Next::Start(Job::Cold(2)));
+        assert_eq!(q.next(), Next::Start(Job::Arm(0, 0)));
+        q.finish(Job::Cold(1), true);
+        assert_eq!(q.next(), Next::Start(Job::Arm(0, 1)));
+        assert_eq!(q.next(), Next::Start(Job::Arm(1, 0)));
+        // Seed 2's arms wait for its cold start; −RFT-like arms (no cold start) would not.
+        assert_eq!(q.next(), Next::Start(Job::Arm(1, 1)));
+        assert_eq!(q.next(), Next::Wait);
+        q.finish(Job::Cold(2), true);
+        assert_eq!(q.next(), Next::Start(Job::Arm(2, 0)));
+        assert_eq!(q.next(), Next::Start(Job::Arm(2, 1)));
+        assert_eq!(q.next(), Next::Finished);
+
+        let mut q = Queue::new(2, vec![true, false], 0);
+        assert_eq!(q.next(), Next::Start(Job::Cold(0)));
+        assert_eq!(q.next(), Next::Start(Job::Cold(1)));
+        assert_eq!(q.next(), Next::Start(Job::Arm(0, 1)));
+        assert_eq!(q.next(), Next::Start(Job::Arm(1, 1)));
+        assert_eq!(q.next(), Next::Wait);
+        // A failed cold start ends the ablation: nothing new starts.
+        q.finish(Job::Cold(0), false);
+        assert_eq!(q.next(), Next::Finished);
+        assert!(Job::Cold(0).rank() < Job::Arm(0, 0).rank());
+        assert!(Job::Arm(0, 3).rank() < Job::Cold(1).rank());
+    }
+
+    #[test]
+    fn a_panicking_run_still_wakes_the_workers_waiting_for_it() {
+        // Seed 1's cold start and seed 0's arm are running; seed 1's arm waits for the cold
+        // start, which panics.
+        let queue = (Mutex::new(Queue::new(2, vec![true], 1)), Condvar::new());
+        assert_eq!(take(&queue), Some(Job::Cold(1)));
+        assert_eq!(take(&queue), Some(Job::Arm(0, 0)));
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| take(&queue));
+            let runner = scope.spawn(|| {
+                // As a worker holds it: `ok` is set only when the run returns.
+                let _ending = Ending {
+                    queue: &queue,
+                    job: Job::Cold(1),
+                    ok: false,
+                };
+                // Let the waiter reach its wait (it ends the same either way).
+                std::thread::sleep(Duration::from_millis(20));
+                panic!("a bug in a run");
+            });
+            assert!(runner.join().is_err());
+            assert_eq!(waiter.join().unwrap(), None);
+        });
+        let q = queue.0.lock().unwrap();
+        assert!(q.failed && q.cold[1] == Some(false));
+    }
+
+    #[test]
+    fn a_parallel_runs_lines_and_progress_carry_its_name() {
+        let (tx, rx) = mpsc::channel();
+        let stop = AtomicI32::new(0);
+        let mut r = ArmReporter {
+            prefix: "[2026 T2PO] ".into(),
+            tx,
+            stop: &stop,
+            every: Duration::ZERO,
+            plain: None,
+        };
+        r.line("iter 1/3: a\nsecond line");
+        r.advance(1); // outside a phase: nothing
+        r.begin("sft", 4);
+        r.advance(2);
+        r.end();
+        r.advance(3);
+        r.progress("  eval 9/10");
+        assert_eq!(r.stop_requested(), None);
+        stop.store(15, Ordering::Relaxed);
+        assert_eq!(r.stop_requested(), Some(15));
+        drop(r);
+        let got: Vec<(bool, String)> = rx
+            .iter()
+            .map(|m| match m {
+                Message::Line(l) => (true, l),
+                Message::Progress(l) => (false, l),
+                Message::Done(..) => unreachable!(),
+            })
+            .collect();
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(
+            got[0],
+            (
+                true,
+                "[2026 T2PO] iter 1/3: a\n[2026 T2PO] second line".into()
+            )
+        );
+        assert!(
+            !got[1].0
+                && got[1]
+                    .1
+                    .starts_with("[2026 T2PO] sft 2/4 (50.0 %), 0:00 elapsed")
+        );
+        assert_eq!(got[2], (false, "[2026 T2PO]   eval 9/10".into()));
     }
 }

@@ -2,7 +2,7 @@
 //! ([`sft`]) and the cold start ([`rft`]), the PPO update ([`ppo`]), checkpoints with resume
 //! ([`state`]), metrics ([`metrics`]), curves ([`plots`]) and the run that ties them together
 //! ([`run`]); `control.calibrate`'s warm-ups ([`calibrate`]); `train.save_rollouts`'s files
-//! ([`rollout_log`]).
+//! ([`rollout_log`]); plain progress lines where no bar is drawn ([`progress`]).
 
 pub mod ablate;
 pub mod calibrate;
@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod optimizer;
 pub mod plots;
 pub mod ppo;
+pub mod progress;
 pub mod rft;
 pub mod rollout_log;
 pub mod run;

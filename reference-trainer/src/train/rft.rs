@@ -74,6 +74,10 @@ pub trait Reporter {
     fn advance(&mut self, done: usize);
     /// The phase ended.
     fn end(&mut self);
+    /// A progress line from work that draws no bar of its own (`ablate`'s parallel runs, at
+    /// most once a minute per run): not part of the log, so a terminal or a log of stderr
+    /// shows it and stdout stays free of timings. Default: dropped.
+    fn progress(&mut self, _text: &str) {}
     /// The signal number when the caller asked the run to stop (SIGINT, SIGTERM); the stages
     /// look at it between fine-tuning steps and rollout rounds and give up with
     /// [`Error::Stopped`]. `None` (the default): run on.
