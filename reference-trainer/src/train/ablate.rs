@@ -285,7 +285,7 @@ fn run_arm(
 /// Runs each of `variants` for every seed under `out`; returns the arms and the markdown
 /// table (also written to `out/ablation.md`, with `out/ablation_success.png`).
 ///
-/// `jobs` = 1: each seed's cold start, then its arms one after another, all on the caller's
+/// `jobs` = 1 (or one seed of one arm): each seed's cold start, then its arms one after another, all on the caller's
 /// rayon pool, with `rep`'s progress bars. `jobs` > 1: the first seed's cold start on the
 /// caller's pool, then every other run — the other seeds' cold starts first, then the arms
 /// seed by seed — `jobs` at a time, each on a pool of its own with an equal share of the
@@ -335,7 +335,8 @@ pub fn ablate(
         out,
         device,
     };
-    if jobs == 1 {
+    // One seed of one arm has nothing to run beside it: keep the bars.
+    if jobs == 1 || (seeds.len() == 1 && variants.len() == 1) {
         for (s, seed) in seeds.iter().enumerate() {
             rep.line(&format!("ablation seed {seed}: cold start"));
             plan.cold_start(s, rep)?;
@@ -592,6 +593,11 @@ impl ArmReporter<'_> {
         let _ = self.tx.send(m);
     }
 
+    /// A progress line, its leading indent replaced by the run's name.
+    fn send_progress(&self, line: &str) {
+        self.send(Message::Progress(self.prefixed(line.trim_start())));
+    }
+
     fn prefixed(&self, text: &str) -> String {
         text.lines()
             .map(|l| format!("{}{l}", self.prefix))
@@ -609,14 +615,14 @@ impl Reporter for ArmReporter<'_> {
     }
     fn advance(&mut self, done: usize) {
         if let Some(line) = self.plain.as_mut().and_then(|p| p.advance(done)) {
-            self.send(Message::Progress(self.prefixed(line.trim_start())));
+            self.send_progress(&line);
         }
     }
     fn end(&mut self) {
         self.plain = None;
     }
     fn progress(&mut self, text: &str) {
-        self.send(Message::Progress(self.prefixed(text)));
+        self.send_progress(text);
     }
     fn stop_requested(&self) -> Option<i32> {
         match self.stop.load(Ordering::Relaxed) {
@@ -1129,6 +1135,6 @@ mod tests {
                     .1
                     .starts_with("[2026 T2PO] sft 2/4 (50.0 %), 0:00 elapsed")
         );
-        assert_eq!(got[2], (false, "[2026 T2PO]   eval 9/10".into()));
+        assert_eq!(got[2], (false, "[2026 T2PO] eval 9/10".into()));
     }
 }
