@@ -243,14 +243,18 @@ fn tensor_bytes(t: &Tensor) -> Result<(safetensors::Dtype, Vec<u8>)> {
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same folder and a rename, so
-/// readers see the old file or the new one, never a half-written one.
+/// readers see the old file or the new one, never a half-written one. The temporary name is
+/// unique per call (process id and a counter), so threads writing the same file at once (two
+/// arms of a parallel `ablate` storing one evaluation) each rename a whole file of their own.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp: PathBuf = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp: PathBuf = dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
     let result = (|| {
         use std::io::Write;
         let mut f = fs::File::create(&tmp)?;
@@ -262,4 +266,30 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         let _ = fs::remove_file(&tmp);
         Error::io(path, e)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_writing_one_file_at_once_each_land_a_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("same.json");
+        let texts: Vec<String> = (0..8).map(|t| format!("{t}").repeat(4096)).collect();
+        std::thread::scope(|s| {
+            for text in &texts {
+                let path = &path;
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        write_atomic(path, text.as_bytes()).unwrap();
+                    }
+                });
+            }
+        });
+        let back = fs::read_to_string(&path).unwrap();
+        assert!(texts.contains(&back), "a mixed file");
+        let left: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "temporary files left behind");
+    }
 }
