@@ -290,6 +290,11 @@ enum Command {
         /// Skip RL (the cold start alone; same as `rft`).
         #[arg(long)]
         no_rl: bool,
+        /// Keep the evaluation before RL in this folder, and take it from there when a run
+        /// evaluated the same weights with the same program and settings before (e.g. several
+        /// RL recipes from one --init); `ablate` keeps one per ablation.
+        #[arg(long, value_name = "DIR")]
+        eval_cache: Option<PathBuf>,
     },
     /// The cold start alone: SFT on the experts' demonstrations and rejection-sampling
     /// fine-tuning; writes OUT/cold-start (a Hugging Face checkpoint) and its evaluation.
@@ -578,6 +583,7 @@ fn run() -> Result<()> {
             init,
             no_cold_start,
             no_rl,
+            eval_cache,
         } => {
             let cfg = config_of(&run, iterations)?;
             let out = out_of(&run, &cfg, "");
@@ -593,6 +599,7 @@ fn run() -> Result<()> {
                     device: device_of(run.device)?,
                     cold_start: !no_cold_start,
                     rl: !no_rl,
+                    eval_cache,
                 },
                 &mut rep,
             )?;
@@ -614,6 +621,7 @@ fn run() -> Result<()> {
                     device: device_of(run.device)?,
                     cold_start: true,
                     rl: false,
+                    eval_cache: None,
                 },
                 &mut rep,
             )?;

@@ -2,7 +2,9 @@
 //! runs one after another and `--jobs 2` at a time (one thread each, the second seed's cold
 //! start beside the first seed's arms) give the same table and the same metrics, arm by arm,
 //! and a SIGTERM to such a run stops every running run (exit 143) and the same command then
-//! ends on that table; `--jobs 0` is refused before any work.
+//! ends on that table; arms that evaluate their cold start alike evaluate it once (T²PO as
+//! the seed's cold-start run, GRPO as GiGPO) and get the figures they measure themselves once
+//! the stored ones are gone; `--jobs 0` is refused before any work.
 
 mod common;
 
@@ -149,6 +151,81 @@ fn arms_at_a_time_give_the_table_of_arms_in_turn() {
     );
     ablate(cache.path(), &config, &stopped, "2", "2");
     assert_eq!(rows, rows_without_wall_time(&stopped));
+}
+
+/// The eval-line of `arm`'s metrics under `root`, without timings.
+fn evaluation_before_rl(root: &Path, arm: &str) -> serde_json::Value {
+    let lines = MetricsLog::new(root.join("seed-2026").join(arm).join("metrics.jsonl"))
+        .read()
+        .unwrap();
+    let eval = lines.iter().find(|l| l.stage == "eval").unwrap();
+    timeless(eval)
+}
+
+#[test]
+fn arms_that_evaluate_alike_evaluate_once_and_get_what_they_would_have_measured() {
+    let cache = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let config = write_config(work.path(), &tiny(EnvKind::Search, 2));
+    let out = work.path().join("abl");
+    let run = |arms: &str| {
+        let mut c = common::cli(cache.path());
+        c.env("RAYON_NUM_THREADS", "1")
+            .args(["ablate", "--quiet", "--seed", "2026", "--seeds", "1"])
+            .args(["--arms", arms, "--config"])
+            .arg(&config)
+            .arg("--out")
+            .arg(&out);
+        ok(c.output().unwrap())
+    };
+    let shared = "evaluated the same policy the same way";
+    let first = run("T2PO,GiGPO,GRPO");
+    // T2PO evaluates the cold start as the seed's cold-start run did, GRPO as GiGPO did; GiGPO
+    // (no TTI, no TDS) has to evaluate it itself.
+    assert_eq!(first.matches(shared).count(), 2, "{first}");
+    let seed = out.join("seed-2026");
+    for (arm, by) in [("T2PO", "cold"), ("GRPO", "GiGPO")] {
+        let line = first
+            .lines()
+            .skip_while(|l| *l != format!("ablation seed 2026: {arm}"))
+            .find(|l| l.starts_with("held-out before RL"))
+            .unwrap_or_else(|| panic!("{arm}: {first}"));
+        assert!(
+            line.contains(&format!("as {} {shared}", seed.join(by).display())),
+            "{arm}: {line}"
+        );
+    }
+    let cached: Vec<_> = ["T2PO", "GRPO"]
+        .iter()
+        .map(|a| evaluation_before_rl(&out, a))
+        .collect();
+    assert_eq!(cached[1], evaluation_before_rl(&out, "GiGPO"));
+    // The same arms again without the stored evaluations: each evaluates itself and measures
+    // what it had been given, and its whole run is the same.
+    let metrics = |arm: &str| {
+        MetricsLog::new(seed.join(arm).join("metrics.jsonl"))
+            .read()
+            .unwrap()
+            .iter()
+            .map(timeless)
+            .collect::<Vec<_>>()
+    };
+    let runs: Vec<_> = ["T2PO", "GRPO"].iter().map(|a| metrics(a)).collect();
+    std::fs::remove_dir_all(out.join("eval-cache")).unwrap();
+    for arm in ["T2PO", "GRPO"] {
+        std::fs::remove_dir_all(seed.join(arm)).unwrap();
+    }
+    let again = run("T2PO,GiGPO,GRPO");
+    assert!(!again.contains(shared), "{again}");
+    // The seed's cold-start run, done, says so (not "iteration 0 of" an RL it never runs).
+    assert!(
+        again.contains("(its cold start is done; no RL asked)"),
+        "{again}"
+    );
+    for (i, arm) in ["T2PO", "GRPO"].iter().enumerate() {
+        assert_eq!(evaluation_before_rl(&out, arm), cached[i], "{arm}");
+        assert_eq!(metrics(arm), runs[i], "{arm}");
+    }
 }
 
 #[test]

@@ -237,6 +237,7 @@ fn run_arm(
     cfg: &TrainConfig,
     dir: &Path,
     init: &Path,
+    eval_cache: &Path,
     device: &Device,
     rep: &mut dyn Reporter,
 ) -> Result<ArmOutcome> {
@@ -254,6 +255,7 @@ fn run_arm(
             device: device.clone(),
             cold_start: no_rft,
             rl: true,
+            eval_cache: Some(eval_cache.to_path_buf()),
         },
         rep,
     )?;
@@ -394,6 +396,13 @@ impl Plan<'_> {
         cfg
     }
 
+    /// Where the runs keep their evaluations before RL: an arm that evaluates its cold start
+    /// as an earlier run did (T²PO as the seed's cold-start run, GRPO as GiGPO, …) takes
+    /// those figures instead of decoding them again ([`super::eval_cache`]).
+    fn eval_cache(&self) -> PathBuf {
+        self.out.join("eval-cache")
+    }
+
     fn seed_dir(&self, s: usize) -> PathBuf {
         self.out.join(format!("seed-{}", self.seeds[s]))
     }
@@ -411,6 +420,7 @@ impl Plan<'_> {
                 device: self.device.clone(),
                 cold_start: true,
                 rl: false,
+                eval_cache: Some(self.eval_cache()),
             },
             rep,
         )?;
@@ -426,6 +436,7 @@ impl Plan<'_> {
             &self.config(s),
             &dir.join(v.name()),
             &dir.join("cold").join("cold-start"),
+            &self.eval_cache(),
             self.device,
             rep,
         )

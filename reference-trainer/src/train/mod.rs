@@ -2,12 +2,14 @@
 //! ([`sft`]) and the cold start ([`rft`]), the PPO update ([`ppo`]), checkpoints with resume
 //! ([`state`]), metrics ([`metrics`]), curves ([`plots`]) and the run that ties them together
 //! ([`run`]); `control.calibrate`'s warm-ups ([`calibrate`]); `train.save_rollouts`'s files
-//! ([`rollout_log`]); plain progress lines where no bar is drawn ([`progress`]).
+//! ([`rollout_log`]); plain progress lines where no bar is drawn ([`progress`]); the evaluation
+//! before RL kept for the runs that would repeat it ([`eval_cache`]).
 
 pub mod ablate;
 pub mod calibrate;
 pub mod config;
 pub mod dynamic;
+pub mod eval_cache;
 pub mod metrics;
 pub mod optimizer;
 pub mod plots;

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device};
 
 use super::config::{ExpertKind, TrainConfig};
+use super::eval_cache;
 use super::metrics::{MetricsLine, MetricsLog, RolloutSummary};
 use super::optimizer::AdamW;
 use super::plots::{write_png, Chart, PlotError, Series};
@@ -56,6 +57,11 @@ pub struct RunOptions {
     pub cold_start: bool,
     /// Run RL (`train.iterations` iterations).
     pub rl: bool,
+    /// A folder where the evaluation before RL is looked up before it runs and stored after:
+    /// a run that would evaluate the same weights with the same program and settings takes the
+    /// stored figures instead ([`super::eval_cache`]; `ablate` passes one per ablation). `None`:
+    /// always evaluate.
+    pub eval_cache: Option<PathBuf>,
 }
 
 /// What a run reports at the end.
@@ -185,6 +191,40 @@ pub fn evaluate(
     };
     crate::release_free_memory();
     Ok(Evaluation { headline, sampled })
+}
+
+/// [`evaluate`] before RL, with its line for `rep`; through `cache` when one is given: the
+/// figures stored there under this evaluation's [`eval_cache::key`], else evaluated and stored
+/// (as evaluated by `out`).
+fn evaluation_before_rl(
+    policy: &Qwen3,
+    tokenizer: &Tokenizer,
+    pool: &EnvPool,
+    cfg: &TrainConfig,
+    out: &Path,
+    cache: Option<&Path>,
+    rep: &mut dyn Reporter,
+) -> Result<Evaluation> {
+    let line = |e: &Evaluation| evaluation_line(e, cfg.train.eval_temperature);
+    let Some(dir) = cache else {
+        let e = evaluate(policy, tokenizer, pool, cfg, rep)?;
+        rep.line(&format!("held-out before RL: {}", line(&e)));
+        return Ok(e);
+    };
+    let key = eval_cache::key(policy, tokenizer, cfg)?;
+    if let Some((e, by)) = eval_cache::load(dir, &key)? {
+        rep.line(&format!(
+            "held-out before RL (as {} evaluated the same policy the same way; {}): {}",
+            by.display(),
+            dir.join(format!("{key}.json")).display(),
+            line(&e)
+        ));
+        return Ok(e);
+    }
+    let e = evaluate(policy, tokenizer, pool, cfg, rep)?;
+    rep.line(&format!("held-out before RL: {}", line(&e)));
+    eval_cache::store(dir, &key, &e, out)?;
+    Ok(e)
 }
 
 /// The episodes an RL iteration trains on, the summary of every episode it rolled out, and,
@@ -538,11 +578,18 @@ fn train_until_stopped(
                 .find(|l| l.stage == "eval")
                 .and_then(|l| l.eval.clone());
             rep.line(&format!(
-                "resuming {} from {} (iteration {} of {})",
+                "resuming {} from {} ({})",
                 out.display(),
                 loaded.dir.display(),
-                loaded.state.iteration,
-                cfg.train.iterations
+                if opts.rl {
+                    format!(
+                        "iteration {} of {}",
+                        loaded.state.iteration, cfg.train.iterations
+                    )
+                } else {
+                    // A cold-start run (`--no-rl`, `ablate`'s per seed) that has ended.
+                    "its cold start is done; no RL asked".to_string()
+                }
             ));
             let pool = pool_for(&cfg)?;
             (
@@ -615,11 +662,15 @@ fn train_until_stopped(
             // `eval` and `generate` on that folder run as this run did.
             checkpoint::write_atomic(&cold_dir.join(RUN_CONFIG), cfg.to_toml()?.as_bytes())?;
             let t0 = std::time::Instant::now();
-            let before = evaluate(&policy, &tokenizer, &pool, &cfg, rep)?;
-            rep.line(&format!(
-                "held-out before RL: {}",
-                evaluation_line(&before, cfg.train.eval_temperature)
-            ));
+            let before = evaluation_before_rl(
+                &policy,
+                &tokenizer,
+                &pool,
+                &cfg,
+                out,
+                opts.eval_cache.as_deref(),
+                rep,
+            )?;
             log.append(&MetricsLine {
                 eval: Some(before.headline.clone()),
                 eval_sampled: before.sampled.clone(),
