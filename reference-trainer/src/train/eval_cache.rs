@@ -3,9 +3,10 @@
 //! The arms of an ablation start from one cold-start policy per seed, and several of them
 //! evaluate it the same way: GiGPO and GRPO differ only in the update, T²PO's arm evaluates
 //! what the seed's cold-start run already evaluated with the same settings. On WebShop that
-//! evaluation (200 goals greedy and 200 sampled) is a quarter of an arm's time. Here an
-//! evaluation is stored under a [`key`] that covers everything it reads — the program, the
-//! weights, the tokenizer, the environment's data and every rollout setting it decodes with —
+//! evaluation (200 goals greedy and 200 sampled) is ~15 minutes of an arm's ~90 on a thread.
+//! Here an evaluation is stored under a [`key`] that covers everything it reads — the program,
+//! the weights, the tokenizer, the thread count, the environment's data and every rollout
+//! setting it decodes with —
 //! so a run finds one only where its own evaluation would have given the same figures
 //! (`tests/ablate.rs` compares a cached arm's metrics with the same arm evaluating itself).
 
@@ -65,7 +66,7 @@ pub fn settings(cfg: &TrainConfig, tokenizer: &Tokenizer) -> Result<String> {
 
 /// SHA-256 (hex) of the running program (a build that decodes differently must not find
 /// another's figures), the policy's config and weights (in name order, as f32), the
-/// tokenizer and [`settings`].
+/// tokenizer, the rayon thread count and [`settings`].
 pub fn key(policy: &Qwen3, tokenizer: &Tokenizer, cfg: &TrainConfig) -> Result<String> {
     let mut h = Sha256::new();
     let exe = std::env::current_exe().map_err(|e| Error::io(Path::new("current_exe"), e))?;
@@ -99,6 +100,10 @@ pub fn key(policy: &Qwen3, tokenizer: &Tokenizer, cfg: &TrainConfig) -> Result<S
     h.update(b"\0tokenizer\0");
     h.update(tokenizer.to_json()?.as_bytes());
     h.update(tokenizer.config_json()?.as_bytes());
+    // The decode and the sampler split their work by the thread count, and no test shows a
+    // sampled figure independent of the split (seed 2026's WebShop cold start measured 0.195
+    // sampled on two threads with daff71d, 0.190 on one with 694d774; greedy 0.295 both).
+    h.update(format!("\0threads {}\0", rayon::current_num_threads()).as_bytes());
     h.update(b"\0settings\0");
     h.update(settings(cfg, tokenizer)?.as_bytes());
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
