@@ -1,7 +1,8 @@
 //! The allocation-free decode step (`model::decode`) against the candle path it replaces in the
 //! rollout (`Qwen3::decode`, fused kernels on, and the composed reference ops): the same logits
 //! on left-padded batches over several steps, after dropping rows, for batch 1 and more, with
-//! and without biases and tied heads; and the same rollout (tokens, log-probs) on the same seed.
+//! and without biases and tied heads; and the same rollout (tokens, log-probs) on the same seed;
+//! a rollout on one thread and on two gives the same tokens and log-probs bit for bit.
 //!
 //! Tolerance: 1e-6 absolute on logits (random weights, |logit| ≲ 1): the products sum in a
 //! different order than gemm's, each a dot of ≤ 48 f32 terms, twice per layer, so rounding
@@ -461,4 +462,43 @@ fn tds_resamples_reuse_their_turns_prefill_and_roll_out_the_same_episodes() {
         without.prefill_tokens
     );
     assert_eq!(with.generations, without.generations);
+}
+
+#[test]
+fn a_rollout_is_the_same_bit_for_bit_on_one_thread_and_on_two() {
+    use reference_trainer::rollout::{rollout, EpisodeSpec, Split};
+    let (tok, model, pool, cfg) = webshop_rollout(13);
+    // 20 episodes: the decode splits ≥ 16 rows over the threads, fewer rows by columns.
+    let specs: Vec<_> = (0..20)
+        .map(|i| EpisodeSpec {
+            task: i % 5,
+            group: i % 5,
+        })
+        .collect();
+    let run = |threads: usize| {
+        let pool_t = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool_t.install(|| {
+            let mut envs: Vec<_> = specs.iter().map(|_| pool.make(Split::Test)).collect();
+            rollout(&model, &tok, &mut envs, &specs, &cfg, |_, _| {})
+                .unwrap()
+                .0
+        })
+    };
+    let (one, two) = (run(1), run(2));
+    let mut tokens = 0;
+    for (a, b) in one.iter().zip(&two) {
+        assert_eq!((a.success, a.score), (b.success, b.score));
+        assert_eq!(a.turns.len(), b.turns.len());
+        for (ta, tb) in a.turns.iter().zip(&b.turns) {
+            let (ga, gb) = (&ta.generation, &tb.generation);
+            assert_eq!(ga.response_ids, gb.response_ids);
+            tokens += ga.response_ids.len();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&ga.log_probs), bits(&gb.log_probs));
+        }
+    }
+    assert!(tokens > 500, "{tokens} tokens compared");
 }
