@@ -10,7 +10,6 @@
 //! so a run finds one only where its own evaluation would have given the same figures
 //! (`tests/ablate.rs` compares a cached arm's metrics with the same arm evaluating itself).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use candle_core::DType;
@@ -70,15 +69,8 @@ pub fn settings(cfg: &TrainConfig, tokenizer: &Tokenizer) -> Result<String> {
 pub fn key(policy: &Qwen3, tokenizer: &Tokenizer, cfg: &TrainConfig) -> Result<String> {
     let mut h = Sha256::new();
     let exe = std::env::current_exe().map_err(|e| Error::io(Path::new("current_exe"), e))?;
-    let mut f = std::fs::File::open(&exe).map_err(|e| Error::io(&exe, e))?;
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| Error::io(&exe, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
+    let program = super::state::file_sum(&exe).map_err(|e| Error::io(&exe, e))?;
+    h.update(program.sha256.as_bytes());
     h.update(b"\0config\0");
     h.update(
         serde_json::to_string(policy.config())

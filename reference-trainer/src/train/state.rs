@@ -277,7 +277,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn file_sum(path: &Path) -> std::io::Result<FileSum> {
+pub(crate) fn file_sum(path: &Path) -> std::io::Result<FileSum> {
     let mut f = fs::File::open(path)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
