@@ -89,6 +89,16 @@ fn arms_at_a_time_give_the_table_of_arms_in_turn() {
     assert!(at("ablation: 2027 cold start begins") < at("ablation: 2026 T2PO done"));
     assert!(at("[2027 cold start] ") < at("ablation: 2027 cold start done"));
     assert!(!serial_out.contains("at a time"), "{serial_out}");
+    // The first seed's cold start ran on both threads, its T2PO arm on one; the arm takes the
+    // cold start's evaluation all the same (a rollout does not depend on the thread count), and
+    // the metrics below hold it equal to the serial arm's own.
+    assert!(
+        parallel_out
+            .lines()
+            .any(|l| l.starts_with("[2026 T2PO] held-out before RL")
+                && l.contains("evaluated the same policy the same way")),
+        "{parallel_out}"
+    );
     let rows = rows_without_wall_time(&serial);
     assert_eq!(rows.len(), ARMS.len(), "{rows:?}");
     assert_eq!(rows, rows_without_wall_time(&parallel));

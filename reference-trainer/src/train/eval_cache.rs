@@ -5,8 +5,8 @@
 //! what the seed's cold-start run already evaluated with the same settings. On WebShop that
 //! evaluation (200 goals greedy and 200 sampled) is ~15 minutes of an arm's ~90 on a thread.
 //! Here an evaluation is stored under a [`key`] that covers everything it reads — the program,
-//! the weights, the tokenizer, the thread count, the environment's data and every rollout
-//! setting it decodes with —
+//! the weights, the tokenizer, the environment's data and every rollout setting it decodes
+//! with (not the thread count: a rollout is the same bit for bit on one thread and on two) —
 //! so a run finds one only where its own evaluation would have given the same figures
 //! (`tests/ablate.rs` compares a cached arm's metrics with the same arm evaluating itself).
 
@@ -65,7 +65,7 @@ pub fn settings(cfg: &TrainConfig, tokenizer: &Tokenizer) -> Result<String> {
 
 /// SHA-256 (hex) of the running program (a build that decodes differently must not find
 /// another's figures), the policy's config and weights (in name order, as f32), the
-/// tokenizer, the rayon thread count and [`settings`].
+/// tokenizer and [`settings`]; not the thread count (below).
 pub fn key(policy: &Qwen3, tokenizer: &Tokenizer, cfg: &TrainConfig) -> Result<String> {
     let mut h = Sha256::new();
     let exe = std::env::current_exe().map_err(|e| Error::io(Path::new("current_exe"), e))?;
@@ -92,10 +92,13 @@ pub fn key(policy: &Qwen3, tokenizer: &Tokenizer, cfg: &TrainConfig) -> Result<S
     h.update(b"\0tokenizer\0");
     h.update(tokenizer.to_json()?.as_bytes());
     h.update(tokenizer.config_json()?.as_bytes());
-    // The decode splits its rows and columns by the thread count, and its test holds the
-    // split's logits to a tolerance, not bit for bit (tests/decode.rs; the sampler's steps are
-    // tested equal on any split): so a figure is only taken from as many threads.
-    h.update(format!("\0threads {}\0", rayon::current_num_threads()).as_bytes());
+    // No thread count: an evaluation's figures do not depend on it. The decode splits a step's
+    // rows at multiples of its register tile (so every row is summed by the same kernel on any
+    // split) and a weight's columns into halves whose sums are the unsplit ones bit for bit
+    // (`matmul_cols_equals_matmul_bit_for_bit`); the sampler's steps are tested equal on any
+    // split; and a whole WebShop rollout is the same bit for bit on one thread and on two
+    // (`tests/decode.rs`). So an arm run on a share of the threads takes what its cold-start
+    // run measured on all of them.
     h.update(b"\0settings\0");
     h.update(settings(cfg, tokenizer)?.as_bytes());
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
