@@ -121,6 +121,17 @@ fn arms_at_a_time_give_the_table_of_arms_in_turn() {
             assert_eq!(m, metrics(&parallel), "{seed} {arm}");
         }
     }
+    // The same command again: every run is done, and the first line says so.
+    assert!(!parallel_out.contains("finished before"), "{parallel_out}");
+    let again = ablate(cache.path(), &config, &parallel, "2", "2");
+    assert!(
+        again.contains(
+            "5 runs (1 cold start(s), 4 arm(s)), 5 of them finished before (resumed as done), 2 at \
+             a time"
+        ),
+        "{again}"
+    );
+    assert_eq!(rows, rows_without_wall_time(&parallel));
 
     // SIGTERM once the first arms have checkpointed their first iteration: the running arms
     // stop at a safe point, the run exits 143, and the same command resumes them all.

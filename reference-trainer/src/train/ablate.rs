@@ -17,6 +17,7 @@ use super::plots::{write_png, Chart, PlotError, Series};
 use super::progress::{PlainProgress, PLAIN_PROGRESS_EVERY};
 use super::rft::Reporter;
 use super::run::{train, RunOptions};
+use super::state;
 use crate::algo::Estimator;
 use crate::error::{Error, Result};
 use crate::rollout::TriggerName;
@@ -442,6 +443,24 @@ impl Plan<'_> {
         )
     }
 
+    /// Whether `job` ran to its end before (its latest checkpoint is past the cold start and, for
+    /// an arm, holds its last iteration, taken after that iteration's evaluation): resuming it
+    /// only reads its results. A folder that cannot be read counts as not finished; the run
+    /// itself reports what is wrong with it.
+    fn finished(&self, job: Job) -> bool {
+        let (dir, iterations) = match job {
+            Job::Cold(s) => (self.seed_dir(s).join("cold"), 0),
+            Job::Arm(s, a) => {
+                let v = self.variants[a];
+                let iterations = v.apply(&self.config(s)).train.iterations;
+                (self.seed_dir(s).join(v.name()), iterations)
+            }
+        };
+        matches!(state::latest(&dir), Ok(Some(d))
+            if state::read_state(&d)
+                .is_ok_and(|st| st.cold_start.is_none() && st.iteration >= iterations))
+    }
+
     fn job_name(&self, job: Job) -> String {
         match job {
             Job::Cold(s) => format!("{} cold start", self.seeds[s]),
@@ -663,10 +682,16 @@ fn parallel_runs(
                 .map_err(|e| Error::invalid("--jobs", format!("a thread pool for a run: {e}")))
         })
         .collect::<Result<Vec<_>>>()?;
+    let finished = queue.order.iter().filter(|&&j| plan.finished(j)).count();
     rep.line(&format!(
-        "ablation: {runs} runs ({colds} cold start(s), {} arm(s)), {workers} at a time on \
+        "ablation: {runs} runs ({colds} cold start(s), {} arm(s)){}, {workers} at a time on \
          {threads} thread(s) each",
-        runs - colds
+        runs - colds,
+        if finished > 0 {
+            format!(", {finished} of them finished before (resumed as done)")
+        } else {
+            String::new()
+        }
     ));
     let queue = (Mutex::new(queue), Condvar::new());
     let stop = AtomicI32::new(0);
