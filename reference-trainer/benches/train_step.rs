@@ -1,9 +1,10 @@
 //! Training-step speed: forward + per-token log-probs (cross-entropy) + backward + AdamW, on
 //! random token batches of the shapes issue 11 names — the default-shaped 1 M-parameter Qwen3
 //! (vocab 4096, d 128, 2 layers, 4 heads / 2 KV, head_dim 32, MLP 512, tied) at 16×256 and
-//! 8×1024 tokens, and a 5 M-parameter one (d 256, 4 layers, MLP 1024) at 16×256.
+//! 8×1024 tokens, a 5 M-parameter one (d 256, 4 layers, MLP 1024) at 16×256, and the WebShop
+//! cold start's 5 M model (8 heads × 32) at 16×256 and at its SFT batch shape 8×768.
 //!
-//! `cargo bench -p reference-trainer --bench train_step [-- --json] [-- --quick] [-- --fused-only] [-- --shape 1M:8x1024]`
+//! `cargo bench -p reference-trainer --bench train_step [-- --json] [-- --quick] [-- --fused-only] [-- --shape 5M-ws:8x768]`
 //! (`benches/speed_vs_torch.py` runs it next to PyTorch and prints the ratios.)
 
 use std::time::Instant;
@@ -31,10 +32,17 @@ fn main() {
         &[false, true]
     };
     let reps = if quick { 2 } else { 5 };
+    // (name, d, layers, MLP, heads, KV heads, rows, tokens per row). "5M-ws" is the WebShop
+    // cold start's model (8 heads × 32, 4 KV heads) at the SFT's batch of 8 turns; its prompts
+    // run to 900 tokens (mean ~560), so 8×768 stands for a batch padded to its longest row.
     let shapes = [
-        ("1M", 128usize, 2usize, 512usize, 16usize, 256usize),
-        ("1M", 128, 2, 512, 8, 1024),
-        ("5M", 256, 4, 1024, 16, 256),
+        (
+            "1M", 128usize, 2usize, 512usize, 4usize, 2usize, 16usize, 256usize,
+        ),
+        ("1M", 128, 2, 512, 4, 2, 8, 1024),
+        ("5M", 256, 4, 1024, 4, 2, 16, 256),
+        ("5M-ws", 256, 4, 1024, 8, 4, 16, 256),
+        ("5M-ws", 256, 4, 1024, 8, 4, 8, 768),
     ];
     let mut rows = Vec::new();
     // `--shape 1M:8x1024` runs one shape only (for profiling).
@@ -42,14 +50,14 @@ fn main() {
         .iter()
         .position(|a| a == "--shape")
         .and_then(|i| args.get(i + 1).cloned());
-    for (name, d, layers, mlp, b, l) in shapes {
+    for (name, d, layers, mlp, heads, kv, b, l) in shapes {
         if only
             .as_deref()
             .is_some_and(|o| o != format!("{name}:{b}x{l}"))
         {
             continue;
         }
-        let cfg = Qwen3Config::small(4096, d, mlp, layers, 4, 2, d / 4, 2048);
+        let cfg = Qwen3Config::small(4096, d, mlp, layers, heads, kv, d / heads, 2048);
         let seqs: Vec<Vec<u32>> = (0..b)
             .map(|r| {
                 (0..l)
