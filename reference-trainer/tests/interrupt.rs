@@ -54,10 +54,27 @@ fn rl() -> &'static Fixture {
     })
 }
 
-/// The cold start: Search QA, 2 iterations.
+/// The cold start: Search QA, 2 iterations, an SFT of two demonstrations a step (several
+/// steps, for the checkpoints inside it).
+fn cold_config() -> TrainConfig {
+    let mut cfg = fast(EnvKind::Search, 2);
+    cfg.rft.batch_size = 2;
+    cfg
+}
+
 fn cold() -> &'static Fixture {
     static COLD: OnceLock<Fixture> = OnceLock::new();
-    COLD.get_or_init(|| Fixture::new(&fast(EnvKind::Search, 2)))
+    COLD.get_or_init(|| Fixture::new(&cold_config()))
+}
+
+/// The cold start of [`cold`] with a checkpoint inside the SFT every 2 of its steps.
+fn inside_sft() -> &'static Fixture {
+    static SFT: OnceLock<Fixture> = OnceLock::new();
+    SFT.get_or_init(|| {
+        let mut cfg = cold_config();
+        cfg.rft.checkpoint_every = 2;
+        Fixture::new(&cfg)
+    })
 }
 
 /// A tiny config and an uninterrupted run of it to compare with.
@@ -265,6 +282,61 @@ fn the_cold_start_as_an_uninterrupted_run_logs_it() {
 #[test]
 fn killed_in_the_sft_the_cold_start_resumes_after_pretraining() {
     cold().interrupt_and_resume("KILL:sft:1", Ended::Killed, "cold-000-pretrain");
+}
+
+#[test]
+fn checkpoints_inside_the_sft_change_nothing_of_the_run() {
+    let (every, none) = (inside_sft(), cold());
+    let sft_steps = every
+        .reference
+        .iter()
+        .find(|l| l.stage == "rft")
+        .and_then(|l| l.update.as_ref())
+        .map(|u| u.steps)
+        .unwrap();
+    // Enough steps for the tests below to land between two checkpoints inside it.
+    assert!(sft_steps >= 4, "the SFT has {sft_steps} steps");
+    assert_eq!(every.reference.len(), none.reference.len());
+    for (a, b) in every.reference.iter().zip(&none.reference) {
+        assert_eq!(
+            timeless(a),
+            timeless(b),
+            "stage {} iteration {}",
+            a.stage,
+            a.iteration
+        );
+    }
+    let weights = |f: &Fixture| {
+        std::fs::read(
+            f.whole
+                .join("checkpoints")
+                .join(&f.final_checkpoint)
+                .join("model.safetensors"),
+        )
+        .unwrap()
+    };
+    assert!(weights(every) == weights(none), "final weights differ");
+}
+
+#[test]
+fn killed_inside_the_sft_the_cold_start_resumes_at_its_last_checkpoint_there() {
+    // After the SFT's third step: its checkpoint after the second is the latest.
+    inside_sft().interrupt_and_resume(
+        "KILL:sft:2:1",
+        Ended::Killed,
+        "cold-001-000000002-sft-steps",
+    );
+}
+
+#[test]
+fn sigterm_inside_the_sft_keeps_every_step_done() {
+    // After the third step, between two checkpoints: the steps done are checkpointed on the
+    // way out, and the run goes on from there.
+    inside_sft().interrupt_and_resume(
+        "TERM:sft:2:1",
+        Ended::Code(143),
+        "cold-001-000000003-sft-steps",
+    );
 }
 
 #[test]

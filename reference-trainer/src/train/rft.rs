@@ -103,6 +103,9 @@ pub enum Stage {
     Pretrain,
     /// SFT on the experts' demonstrations.
     Sft,
+    /// The SFT, this many of its optimizer steps done (a checkpoint inside it every
+    /// `rft.checkpoint_every` steps, and at a stop; [`ColdStartResume::sft`] holds the rest).
+    SftPart(usize),
     /// Rejection round `n` (0-based).
     Rejection(usize),
 }
@@ -354,49 +357,163 @@ pub fn fine_tune(
     seed: u64,
     rep: &mut dyn Reporter,
 ) -> Result<UpdateReport> {
+    let plan = FineTunePlan {
+        phase,
+        demos,
+        epochs,
+        batch_size,
+        micro_batch_tokens,
+        prompt_weight,
+        seed,
+    };
+    fine_tune_from(policy, opt, &plan, None, 0, &mut |_, _, _| Ok(()), rep)
+}
+
+/// What a fine-tuning runs on and how (the arguments of [`fine_tune`] but the model, the
+/// optimizer and the reporter).
+pub struct FineTunePlan<'a> {
+    /// The progress bar's name (and the test hook's phase).
+    pub phase: &'a str,
+    /// The demonstrations.
+    pub demos: &'a [Demo],
+    /// Epochs over them.
+    pub epochs: usize,
+    /// Demonstrations per optimizer step.
+    pub batch_size: usize,
+    /// Padded tokens per forward/backward.
+    pub micro_batch_tokens: usize,
+    /// Weight of the prompt tokens' loss ([`sft_step`]).
+    pub prompt_weight: f64,
+    /// The seed of each epoch's shuffle.
+    pub seed: u64,
+}
+
+/// How far a fine-tuning has gone, as a checkpoint inside it keeps it (`rft.checkpoint_every`):
+/// with the optimizer's state saved beside it, the rest of the fine-tuning runs as it would
+/// have without the stop (each epoch's order comes from the seed and the epoch), and its report
+/// sums the whole of it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FineTuneProgress {
+    /// Optimizer steps done.
+    pub steps: usize,
+    /// Demonstrations trained on so far.
+    pub rows: usize,
+    /// Response tokens in the loss so far.
+    pub tokens: usize,
+    /// Tokens through forward and backward so far.
+    pub forward_tokens: usize,
+    /// The sum of the steps' losses, in step order.
+    pub loss_sum: f64,
+    /// The last step's loss.
+    pub last_loss: f64,
+    /// The last step's gradient norm before clipping.
+    pub grad_norm: f64,
+    /// The last step's learning rate.
+    pub lr: f64,
+    /// Seconds spent fine-tuning so far (the runs before this one, summed).
+    pub seconds: f64,
+}
+
+/// Told at each checkpoint inside a fine-tuning: how far it has gone, the optimizer as it
+/// stands, and the reporter (no phase is open then).
+pub type OnProgress<'a> =
+    dyn FnMut(&FineTuneProgress, &AdamW, &mut dyn Reporter) -> Result<()> + 'a;
+
+/// [`fine_tune`] from `from` (a checkpoint inside it; `None`: from the start), telling
+/// `on_progress` every `every` steps (0: never) — and, when `every` > 0, on a stop request
+/// with steps done since it was last told, before it ends with [`Error::Stopped`], so a stop
+/// loses no finished step. `on_progress` is told between two phases of `plan.phase` (the
+/// progress bar ends before and begins again after, counting the steps left). Bit for bit, a
+/// fine-tuning resumed from a checkpoint ends as one that ran through.
+pub fn fine_tune_from(
+    policy: &Qwen3,
+    opt: &mut AdamW,
+    plan: &FineTunePlan<'_>,
+    from: Option<&FineTuneProgress>,
+    every: usize,
+    on_progress: &mut OnProgress<'_>,
+    rep: &mut dyn Reporter,
+) -> Result<UpdateReport> {
     let t0 = std::time::Instant::now();
     let mut report = UpdateReport::default();
-    if demos.is_empty() || epochs == 0 {
+    let demos = plan.demos;
+    if demos.is_empty() || plan.epochs == 0 {
         return Ok(report);
     }
-    let steps_per_epoch = demos.len().div_ceil(batch_size);
-    rep.begin(phase, steps_per_epoch * epochs);
-    let mut losses = Vec::new();
-    for epoch in 0..epochs {
+    let steps_per_epoch = demos.len().div_ceil(plan.batch_size);
+    let total = steps_per_epoch * plan.epochs;
+    let mut done = from.cloned().unwrap_or_default();
+    if done.steps > total {
+        return Err(Error::invalid(
+            plan.phase,
+            format!(
+                "a checkpoint {} steps into a fine-tuning of {total} steps",
+                done.steps
+            ),
+        ));
+    }
+    let before = done.seconds;
+    let mut told = done.steps;
+    rep.begin(plan.phase, total - done.steps);
+    for epoch in 0..plan.epochs {
+        if (epoch + 1) * steps_per_epoch <= done.steps {
+            continue;
+        }
         let mut order: Vec<usize> = (0..demos.len()).collect();
         order.shuffle(&mut ChaCha12Rng::seed_from_u64(derive_seed(
-            seed,
+            plan.seed,
             epoch as u64,
             0,
         )));
-        for chunk in order.chunks(batch_size) {
-            if let Err(e) = check_stop(rep) {
+        for (i, chunk) in order.chunks(plan.batch_size).enumerate() {
+            if epoch * steps_per_epoch + i < done.steps {
+                continue;
+            }
+            if let Some(signal) = rep.stop_requested() {
                 rep.end();
-                return Err(e);
+                if every > 0 && done.steps > told {
+                    done.seconds = before + t0.elapsed().as_secs_f64();
+                    on_progress(&done, opt, rep)?;
+                }
+                return Err(Error::Stopped { signal });
             }
             let mut batch: Vec<Demo> = chunk.iter().map(|&i| demos[i].clone()).collect();
             // Longest first, so each micro-batch pads to its own first row.
             batch.sort_by_key(|d| std::cmp::Reverse(d.prompt.len() + d.response.len()));
             let longest = batch[0].prompt.len() + batch[0].response.len();
-            let micro = (micro_batch_tokens / longest.max(1)).max(1);
-            let r = sft_step(policy, opt, &batch, micro, prompt_weight)?;
-            losses.push(r.loss);
-            report.rows += batch.len();
-            report.tokens += r.tokens;
-            report.forward_tokens += batch
+            let micro = (plan.micro_batch_tokens / longest.max(1)).max(1);
+            let r = sft_step(policy, opt, &batch, micro, plan.prompt_weight)?;
+            done.steps += 1;
+            done.loss_sum += r.loss;
+            done.last_loss = r.loss;
+            done.rows += batch.len();
+            done.tokens += r.tokens;
+            done.forward_tokens += batch
                 .iter()
                 .map(|d| d.prompt.len() + d.response.len())
                 .sum::<usize>();
-            report.steps += 1;
-            report.grad_norm = r.step.grad_norm;
-            report.lr = r.step.lr;
-            rep.advance(report.steps);
+            done.grad_norm = r.step.grad_norm;
+            done.lr = r.step.lr;
+            rep.advance(done.steps - told);
+            if every > 0 && done.steps.is_multiple_of(every) && done.steps < total {
+                rep.end();
+                done.seconds = before + t0.elapsed().as_secs_f64();
+                on_progress(&done, opt, rep)?;
+                told = done.steps;
+                rep.begin(plan.phase, total - done.steps);
+            }
         }
     }
     rep.end();
-    report.loss = losses.iter().sum::<f64>() / losses.len() as f64;
-    report.last_loss = *losses.last().unwrap_or(&0.0);
-    report.seconds = t0.elapsed().as_secs_f64();
+    report.rows = done.rows;
+    report.tokens = done.tokens;
+    report.forward_tokens = done.forward_tokens;
+    report.steps = done.steps;
+    report.grad_norm = done.grad_norm;
+    report.lr = done.lr;
+    report.loss = done.loss_sum / done.steps as f64;
+    report.last_loss = done.last_loss;
+    report.seconds = before + t0.elapsed().as_secs_f64();
     report.tokens_per_second = report.forward_tokens as f64 / report.seconds.max(1e-9);
     Ok(report)
 }
@@ -478,33 +595,87 @@ pub fn pretrain(
     )))
 }
 
-/// What [`cold_start`] tells its caller after each stage: the stage, the fine-tuning optimizer
-/// as it stands, the SFT's step count, the stage's metrics line, and the reporter to work under.
-pub type OnStage<'a> =
-    dyn FnMut(Stage, &AdamW, u64, MetricsLine, &mut dyn Reporter) -> Result<()> + 'a;
+/// What [`cold_start`] tells its caller after each stage and at each checkpoint inside the
+/// SFT: the stage, the fine-tuning optimizer as it stands, the SFT's step count, the stage's
+/// metrics line (none inside the SFT), how far the SFT has gone (inside it), and the reporter to
+/// work under.
+pub type OnStage<'a> = dyn FnMut(
+        Stage,
+        &AdamW,
+        u64,
+        Option<MetricsLine>,
+        Option<&FineTuneProgress>,
+        &mut dyn Reporter,
+    ) -> Result<()>
+    + 'a;
+
+/// Where a checkpoint left the cold start: the last stage it finished (or how far into the SFT
+/// it had gone), the fine-tuning optimizer as it was then, and the SFT's step count.
+pub struct ColdStartResume {
+    /// The stage the checkpoint was written after ([`Stage::SftPart`]: inside the SFT).
+    pub stage: Stage,
+    /// The fine-tuning optimizer.
+    pub opt: AdamW,
+    /// The SFT's step count (its schedule's length).
+    pub sft_steps: u64,
+    /// Inside the SFT: how far it had gone.
+    pub sft: Option<FineTuneProgress>,
+}
 
 /// The cold start after pretraining on `policy`: SFT on the demonstrations, then the
-/// rejection rounds. `resume`: the last stage a checkpoint finished (SFT or a round) and the
-/// fine-tuning optimizer as it was then; the stages after it run. After each stage
-/// `on_stage(stage, optimizer, sft_steps, metrics line)` is told (the caller logs the line and
-/// checkpoints), and a stop request is an [`Error::Stopped`] there or inside a stage.
+/// rejection rounds. `resume`: where a checkpoint left it (after the SFT, a round, or inside
+/// the SFT) with the fine-tuning optimizer as it was then; what is left of it runs. After each
+/// stage, and every `rft.checkpoint_every` SFT steps, `on_stage` is told (the caller logs the
+/// stage's line and checkpoints), and a stop request is an [`Error::Stopped`] there or inside a
+/// stage (inside the SFT, with `rft.checkpoint_every` > 0, after `on_stage` has kept the steps
+/// done).
 pub fn cold_start(
     policy: &Qwen3,
     tokenizer: &Tokenizer,
     pool: &EnvPool,
     cfg: &TrainConfig,
-    resume: Option<(Stage, AdamW, u64)>,
+    resume: Option<ColdStartResume>,
     rep: &mut dyn Reporter,
     on_stage: &mut OnStage<'_>,
 ) -> Result<()> {
     let f = &cfg.rft;
     let (mut opt, sft_steps, first_round) = match resume {
-        Some((Stage::Sft, opt, steps)) => (opt, steps, 0),
-        Some((Stage::Rejection(r), opt, steps)) => (opt, steps, r + 1),
+        Some(ColdStartResume {
+            stage: Stage::Sft,
+            opt,
+            sft_steps,
+            ..
+        }) => (opt, sft_steps, 0),
+        Some(ColdStartResume {
+            stage: Stage::Rejection(r),
+            opt,
+            sft_steps,
+            ..
+        }) => (opt, sft_steps, r + 1),
+        Some(ColdStartResume {
+            stage: Stage::SftPart(k),
+            opt,
+            sft_steps,
+            sft: progress,
+        }) => {
+            let Some(progress) = progress.filter(|p| p.steps == k) else {
+                return Err(Error::invalid(
+                    "cold-start checkpoint",
+                    format!("written {k} steps into the SFT without how far it had gone"),
+                ));
+            };
+            let from = Some((opt, sft_steps, progress));
+            let (opt, sft_steps) = sft(policy, tokenizer, pool, cfg, from, rep, on_stage)?;
+            (opt, sft_steps, 0)
+        }
         // After pretraining (or from the start): the SFT is still to do.
-        Some((Stage::Pretrain, ..)) | None => {
-            let (opt, steps) = sft(policy, tokenizer, pool, cfg, rep, on_stage)?;
-            (opt, steps, 0)
+        Some(ColdStartResume {
+            stage: Stage::Pretrain,
+            ..
+        })
+        | None => {
+            let (opt, sft_steps) = sft(policy, tokenizer, pool, cfg, None, rep, on_stage)?;
+            (opt, sft_steps, 0)
         }
     };
     for round in first_round..f.rounds {
@@ -598,7 +769,14 @@ pub fn cold_start(
             rejection: Some(rejection),
             ..MetricsLine::cold_start("rft", u, t0.elapsed().as_secs_f64())
         };
-        on_stage(Stage::Rejection(round), &opt, sft_steps, line, rep)?;
+        on_stage(
+            Stage::Rejection(round),
+            &opt,
+            sft_steps,
+            Some(line),
+            None,
+            rep,
+        )?;
     }
     Ok(())
 }
@@ -743,13 +921,16 @@ pub fn cold_start_demos(
 }
 
 /// The SFT stage: plans it (the demonstrations and the optimizer, whose schedule spans its
-/// steps), runs it when there are demonstrations, and returns the optimizer the rejection
+/// steps), runs it when there are demonstrations — from the start, or from `from` (a
+/// checkpoint inside it: its optimizer, the SFT's step count, how far it had gone) — with a
+/// checkpoint every `rft.checkpoint_every` steps, and returns the optimizer the rejection
 /// rounds continue with and the SFT's step count.
 fn sft(
     policy: &Qwen3,
     tokenizer: &Tokenizer,
     pool: &EnvPool,
     cfg: &TrainConfig,
+    from: Option<(AdamW, u64, FineTuneProgress)>,
     rep: &mut dyn Reporter,
     on_stage: &mut OnStage<'_>,
 ) -> Result<(AdamW, u64)> {
@@ -761,13 +942,29 @@ fn sft(
         prompts_cut,
     } = cold_start_demos(pool, tokenizer, cfg)?;
     let sft_steps = (demos.len().div_ceil(f.batch_size) * f.demo_epochs) as u64;
-    let mut opt = AdamW::new(cfg.rft_optimizer_config(sft_steps))?;
+    let (mut opt, progress) = match from {
+        Some((opt, saved_steps, progress)) => {
+            // The demonstrations are rebuilt from the config: a checkpoint of another plan
+            // (edited by hand) would go on with another schedule.
+            if saved_steps != sft_steps {
+                return Err(Error::invalid(
+                    "cold-start checkpoint",
+                    format!(
+                        "written inside an SFT of {saved_steps} steps; this config's SFT has \
+                         {sft_steps}"
+                    ),
+                ));
+            }
+            (opt, Some(progress))
+        }
+        None => (AdamW::new(cfg.rft_optimizer_config(sft_steps))?, None),
+    };
     if !demos.is_empty() {
         check_stop(rep)?;
         let t0 = std::time::Instant::now();
         rep.line(&format!(
             "cold start: SFT on {} expert turns from {} training tasks (of {}, drawn over the \
-             whole split), {} epoch(s), {} steps, lr {:.1e} → {:.1e} (warm-up {}, cosine)",
+             whole split), {} epoch(s), {} steps, lr {:.1e} → {:.1e} (warm-up {}, cosine){}",
             demos.len(),
             demo_tasks.len(),
             pool.num_tasks(Split::Train),
@@ -776,6 +973,10 @@ fn sft(
             f.lr,
             f.final_lr,
             f.warmup_steps.min(sft_steps),
+            match &progress {
+                Some(p) => format!(", going on after step {}", p.steps),
+                None => String::new(),
+            }
         ));
         if f.cut_think > 0.0 {
             rep.line(&format!(
@@ -791,24 +992,34 @@ fn sft(
                 cfg.rollout.max_prompt_tokens
             ));
         }
-        let u = fine_tune(
-            "sft",
+        let plan = FineTunePlan {
+            phase: "sft",
+            demos: &demos,
+            epochs: f.demo_epochs,
+            batch_size: f.batch_size,
+            micro_batch_tokens: cfg.optim.micro_batch_tokens,
+            prompt_weight: f.prompt_loss_weight,
+            seed: derive_seed(cfg.seed, 0, purpose::DEMO_SHUFFLE),
+        };
+        // The stage's wall time so far (the runs before a resume): its seconds of fine-tuning.
+        let before = progress.as_ref().map_or(0.0, |p| p.seconds);
+        let u = fine_tune_from(
             policy,
             &mut opt,
-            &demos,
-            f.demo_epochs,
-            f.batch_size,
-            cfg.optim.micro_batch_tokens,
-            f.prompt_loss_weight,
-            derive_seed(cfg.seed, 0, purpose::DEMO_SHUFFLE),
+            &plan,
+            progress.as_ref(),
+            f.checkpoint_every,
+            &mut |p, opt, rep| {
+                on_stage(Stage::SftPart(p.steps), opt, sft_steps, None, Some(p), rep)
+            },
             rep,
         )?;
         rep.line(&format!(
             "  {} steps, loss {:.3} (mean) → {:.3} (last), {:.0} tok/s, {:.1} s",
             u.steps, u.loss, u.last_loss, u.tokens_per_second, u.seconds
         ));
-        let line = MetricsLine::cold_start("rft", u, t0.elapsed().as_secs_f64());
-        on_stage(Stage::Sft, &opt, sft_steps, line, rep)?;
+        let line = MetricsLine::cold_start("rft", u, before + t0.elapsed().as_secs_f64());
+        on_stage(Stage::Sft, &opt, sft_steps, Some(line), None, rep)?;
     }
     Ok((opt, sft_steps))
 }

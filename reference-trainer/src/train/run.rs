@@ -21,8 +21,8 @@ use super::optimizer::AdamW;
 use super::plots::{write_png, Chart, PlotError, Series};
 use super::ppo::{update_until, SftAnchor, UpdateConfig};
 use super::rft::{
-    check_stop, cold_start, pretrain, purpose, rl_task_pool, run_episodes, sample_from, Reporter,
-    Stage,
+    check_stop, cold_start, pretrain, purpose, rl_task_pool, run_episodes, sample_from,
+    ColdStartResume, FineTuneProgress, Reporter, Stage,
 };
 use super::state::{self, derive_seed, ColdStart, Loaded, TrainerState};
 use crate::algo::{compute_advantages, flatten_rows};
@@ -475,7 +475,7 @@ fn checkpointed_cold_start(
     pool: &EnvPool,
     cfg: &TrainConfig,
     opts: &RunOptions,
-    resume: Option<(Stage, AdamW, u64)>,
+    resume: Option<ColdStartResume>,
     log: &MetricsLog,
     rep: &mut dyn Reporter,
 ) -> Result<()> {
@@ -483,15 +483,19 @@ fn checkpointed_cold_start(
     let mut on_stage = |stage: Stage,
                         opt: &AdamW,
                         sft_steps: u64,
-                        line: MetricsLine,
+                        line: Option<MetricsLine>,
+                        sft: Option<&FineTuneProgress>,
                         rep: &mut dyn Reporter|
      -> Result<()> {
-        log.append(&line)?;
+        if let Some(line) = &line {
+            log.append(line)?;
+        }
         let state = TrainerState {
             cold_start: Some(ColdStart {
                 done: stage,
                 sft_steps,
                 metrics_lines: log.read()?.len(),
+                sft: sft.cloned(),
             }),
             ..TrainerState::rl(0, opt.steps(), cfg.to_toml()?)
         };
@@ -512,7 +516,7 @@ fn checkpointed_cold_start(
         } else if let Some(line) = pretrain(policy, tokenizer, cfg, rep)? {
             // Pretraining's optimizer is its own and ends with it: the checkpoint holds none.
             let none = AdamW::new(cfg.optimizer_config())?;
-            on_stage(Stage::Pretrain, &none, 0, line, rep)?;
+            on_stage(Stage::Pretrain, &none, 0, Some(line), None, rep)?;
         }
     }
     cold_start(policy, tokenizer, pool, cfg, resume, rep, &mut on_stage)
@@ -615,14 +619,24 @@ fn train_until_stopped(
                     let mut opt = AdamW::new(cfg.rft_optimizer_config(progress.sft_steps))?;
                     let (moments, step) = loaded.optimizer;
                     opt.load_state(loaded.model.params(), moments, step)?;
+                    let after = match progress.done {
+                        Stage::Pretrain => "after pretraining".to_string(),
+                        Stage::SftPart(k) => format!("{k} steps into the SFT"),
+                        Stage::Sft => "after the SFT".to_string(),
+                        Stage::Rejection(r) => format!("after rejection round {}", r + 1),
+                    };
                     rep.line(&format!(
-                        "resuming {} from {} (the cold start after {:?})",
+                        "resuming {} from {} (the cold start {after})",
                         out.display(),
                         loaded.dir.display(),
-                        progress.done
                     ));
                     let pool = pool_for(&cfg)?;
-                    let resume = Some((progress.done, opt, progress.sft_steps));
+                    let resume = Some(ColdStartResume {
+                        stage: progress.done,
+                        opt,
+                        sft_steps: progress.sft_steps,
+                        sft: progress.sft,
+                    });
                     (cfg, pool, loaded.model, loaded.tokenizer, resume)
                 }
                 None => {

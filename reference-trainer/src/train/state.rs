@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::optimizer::AdamW;
-use super::rft::Stage;
+use super::rft::{FineTuneProgress, Stage};
 use crate::error::{Error, FileProblem, Result};
 use crate::model::{checkpoint, Qwen3};
 use crate::tokenizer::Tokenizer;
@@ -87,6 +87,10 @@ pub struct ColdStart {
     pub sft_steps: u64,
     /// Lines of `metrics.jsonl` written when the checkpoint was (a resume drops the rest).
     pub metrics_lines: usize,
+    /// Inside the SFT ([`Stage::SftPart`]): how far it had gone. Absent otherwise, and in
+    /// checkpoints written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sft: Option<FineTuneProgress>,
 }
 
 /// The size and SHA-256 (lower-case hex) of one checkpoint file.
@@ -240,11 +244,16 @@ fn folder_name(state: &TrainerState) -> String {
         None => format!("iter-{:06}", state.iteration),
         Some(c) => match c.done {
             Stage::Pretrain => "cold-000-pretrain".into(),
+            // Sorts after pretraining and before the finished SFT ("cold-001-s…").
+            Stage::SftPart(steps) => format!("cold-001-{steps:09}-sft-steps"),
             Stage::Sft => "cold-001-sft".into(),
             Stage::Rejection(round) => format!("cold-{:03}-rejection-{}", round + 2, round + 1),
         },
     }
 }
+
+/// How the name of a checkpoint inside the SFT ends.
+const SFT_PART_SUFFIX: &str = "-sft-steps";
 
 /// Size and SHA-256 of every file in `dir` but `trainer_state.json`.
 fn file_sums(dir: &Path) -> Result<BTreeMap<String, FileSum>> {
@@ -315,12 +324,16 @@ fn prune(root: &Path, keep: usize, current: &str) -> Result<()> {
             names.push(name);
         }
     }
-    // "cold-…" sorts before "iter-…": the stages come first.
+    // "cold-…" sorts before "iter-…": the stages come first, a checkpoint inside the SFT
+    // before the SFT's own.
     names.sort();
     let rl_begun = names.iter().any(|n| n.starts_with("iter-"));
     let excess = names.len().saturating_sub(keep.max(1));
+    let inside_sft = |n: &str| n.ends_with(SFT_PART_SUFFIX);
     for (i, name) in names.iter().enumerate() {
-        if name != current && (i < excess || (rl_begun && name.starts_with("cold-"))) {
+        // A checkpoint inside the SFT is of no more use once a later stage has one.
+        let passed = inside_sft(name) && names[i + 1..].iter().any(|n| !inside_sft(n));
+        if name != current && (i < excess || passed || (rl_begun && name.starts_with("cold-"))) {
             let p = root.join(name);
             fs::remove_dir_all(&p).map_err(|e| Error::io(&p, e))?;
         }
@@ -541,6 +554,75 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["iter-000003", "iter-000004", "latest"]);
+    }
+
+    #[test]
+    fn checkpoints_inside_the_sft_sort_between_its_stages_and_go_once_it_is_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let (tok, model, opt) = stepped();
+        let cold = |done: Stage, sft: Option<FineTuneProgress>| TrainerState {
+            cold_start: Some(ColdStart {
+                done,
+                sft_steps: 2000,
+                metrics_lines: 1,
+                sft,
+            }),
+            ..TrainerState::rl(0, 1, "x = 1".into())
+        };
+        let names = || {
+            let mut n: Vec<String> = fs::read_dir(checkpoints_dir(out))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n != LATEST)
+                .collect();
+            n.sort();
+            n
+        };
+        save(out, &model, &tok, &opt, &cold(Stage::Pretrain, None), 10).unwrap();
+        let progress = |steps: usize| FineTuneProgress {
+            steps,
+            rows: 8 * steps,
+            tokens: 100 * steps,
+            forward_tokens: 900 * steps,
+            loss_sum: 0.1 + steps as f64 / 3.0,
+            last_loss: 1.0 / 3.0,
+            grad_norm: 0.7,
+            lr: 2.5e-4,
+            seconds: 12.5,
+        };
+        for steps in [400, 800, 1200] {
+            let state = cold(Stage::SftPart(steps), Some(progress(steps)));
+            save(out, &model, &tok, &opt, &state, 10).unwrap();
+        }
+        // The progress reads back exactly (the loss sum goes on from it).
+        let l = load(&latest(out).unwrap().unwrap(), DType::F32, &Device::Cpu).unwrap();
+        let c = l.state.cold_start.unwrap();
+        assert_eq!(c.done, Stage::SftPart(1200));
+        assert_eq!(c.sft, Some(progress(1200)));
+        assert_eq!(
+            names(),
+            [
+                "cold-000-pretrain",
+                "cold-001-000000400-sft-steps",
+                "cold-001-000000800-sft-steps",
+                "cold-001-000001200-sft-steps",
+            ]
+        );
+        // Kept to `keep` like any other: the oldest go first.
+        let state = cold(Stage::SftPart(1600), Some(progress(1600)));
+        save(out, &model, &tok, &opt, &state, 3).unwrap();
+        assert_eq!(
+            names(),
+            [
+                "cold-001-000000800-sft-steps",
+                "cold-001-000001200-sft-steps",
+                "cold-001-000001600-sft-steps",
+            ]
+        );
+        // The SFT done: the checkpoints inside it are of no more use.
+        save(out, &model, &tok, &opt, &cold(Stage::Sft, None), 3).unwrap();
+        assert_eq!(names(), ["cold-001-sft"]);
     }
 
     #[test]
