@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{RlTasks, TrainConfig};
 use super::metrics::{MetricsLine, RejectionReport, RolloutSummary, UpdateReport};
 use super::optimizer::AdamW;
-use super::sft::{cut_thinking, expert_demos_counted, sft_step, Demo};
+use super::sft::{cut_thinking, expert_demos_counted, padded_micro_batches, sft_step_in, Demo};
 use super::state::derive_seed;
 use crate::error::{Error, Result};
 use crate::model::Qwen3;
@@ -478,11 +478,15 @@ pub fn fine_tune_from(
                 return Err(Error::Stopped { signal });
             }
             let mut batch: Vec<Demo> = chunk.iter().map(|&i| demos[i].clone()).collect();
-            // Longest first, so each micro-batch pads to its own first row.
+            // Longest first, so each micro-batch pads to its own first row; split where the
+            // padding saved outweighs a micro-batch's fixed cost.
             batch.sort_by_key(|d| std::cmp::Reverse(d.prompt.len() + d.response.len()));
-            let longest = batch[0].prompt.len() + batch[0].response.len();
-            let micro = (plan.micro_batch_tokens / longest.max(1)).max(1);
-            let r = sft_step(policy, opt, &batch, micro, plan.prompt_weight)?;
+            let lens: Vec<usize> = batch
+                .iter()
+                .map(|d| d.prompt.len() + d.response.len())
+                .collect();
+            let groups = padded_micro_batches(&lens, plan.micro_batch_tokens);
+            let r = sft_step_in(policy, opt, &batch, &groups, plan.prompt_weight)?;
             done.steps += 1;
             done.loss_sum += r.loss;
             done.last_loss = r.loss;

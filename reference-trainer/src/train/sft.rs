@@ -2,6 +2,8 @@
 //! the cold start's first stage (the experts' demonstrations) and the fine-tuning stage of
 //! rejection sampling (RFT, spec §5).
 
+use std::ops::Range;
+
 use crate::error::{Error, Result};
 use crate::model::Qwen3;
 use crate::rollout::{EnvPool, Split};
@@ -176,6 +178,85 @@ pub fn sft_step(
             "need at least one demonstration and micro_batch ≥ 1",
         ));
     }
+    let groups: Vec<Range<usize>> = (0..batch.len())
+        .step_by(micro_batch)
+        .map(|a| a..(a + micro_batch).min(batch.len()))
+        .collect();
+    sft_step_in(model, opt, batch, &groups, prompt_weight)
+}
+
+/// Padded tokens a micro-batch is worth on top of its own, in [`padded_micro_batches`]'s cost:
+/// what a forward and backward of fewer rows loses to their fixed costs. Measured on the 5 M
+/// WebShop model (`cargo bench -p reference-trainer --bench train_step`, stop 57, AMD EPYC): one
+/// 768-token row trains at 73 % of eight rows' rate, two at 88 %, four 384-token rows at 93 %
+/// — 130 to 280 tokens a micro-batch.
+pub const MICRO_BATCH_OVERHEAD_TOKENS: usize = 200;
+
+/// The micro-batches of a fine-tuning step whose rows are sorted longest first (`lens`, each
+/// row's prompt and response tokens): contiguous runs, each padded to its first row, that
+/// cost the fewest padded tokens plus [`MICRO_BATCH_OVERHEAD_TOKENS`] each, no run over
+/// `budget` padded tokens unless it is a single row. A batch of turns from 200 to 800 tokens
+/// in one micro-batch is a quarter padding (the 5 M WebShop SFT: 27.8 % of 17.3 M padded
+/// tokens); split where the lengths drop, it costs 18.6 % less, overhead counted. Rows of one
+/// length (pretraining) stay in the fewest runs the budget allows. The gradient is the same
+/// sum whatever the split (up to float summation order).
+pub fn padded_micro_batches(lens: &[usize], budget: usize) -> Vec<Range<usize>> {
+    let n = lens.len();
+    // best[j]: the least cost of rows 0..j; from[j]: where its last run begins.
+    let mut best = vec![usize::MAX; n + 1];
+    let mut from = vec![0; n + 1];
+    best[0] = 0;
+    for j in 1..=n {
+        for i in 0..j {
+            let padded = lens[i].max(1) * (j - i);
+            if j - i > 1 && padded > budget {
+                continue;
+            }
+            let cost = best[i] + padded + MICRO_BATCH_OVERHEAD_TOKENS;
+            if cost < best[j] {
+                best[j] = cost;
+                from[j] = i;
+            }
+        }
+    }
+    let mut runs = Vec::new();
+    let mut j = n;
+    while j > 0 {
+        runs.push(from[j]..j);
+        j = from[j];
+    }
+    runs.reverse();
+    runs
+}
+
+/// [`sft_step`] in the micro-batches `groups` (ranges of `batch`, in order, covering it once),
+/// whose gradients are summed.
+pub fn sft_step_in(
+    model: &Qwen3,
+    opt: &mut AdamW,
+    batch: &[Demo],
+    groups: &[Range<usize>],
+    prompt_weight: f64,
+) -> Result<SftReport> {
+    let mut next = 0;
+    for g in groups {
+        if g.start != next || g.is_empty() {
+            return Err(Error::invalid(
+                "sft",
+                format!("micro-batches {groups:?} do not cover the batch's rows in order"),
+            ));
+        }
+        next = g.end;
+    }
+    if batch.is_empty() || next != batch.len() {
+        return Err(Error::invalid(
+            "sft",
+            format!(
+                "need at least one demonstration, in micro-batches covering all {} ({groups:?})",
+                batch.len()
+            ),
+        ));
+    }
     if !(prompt_weight.is_finite() && prompt_weight >= 0.0) {
         return Err(Error::invalid(
             "sft",
@@ -198,7 +279,7 @@ pub fn sft_step(
     let total: usize = batch.iter().map(|d| d.response.len()).sum();
     let mut acc = Accumulated::default();
     let mut nll = 0.0;
-    for chunk in batch.chunks(micro_batch) {
+    for chunk in groups.iter().map(|g| &batch[g.clone()]) {
         let seqs: Vec<Vec<u32>> = chunk
             .iter()
             .map(|d| d.prompt.iter().chain(&d.response).copied().collect())
@@ -452,6 +533,89 @@ mod tests {
         // Bad arguments.
         assert!(cut_thinking(&mut none, &tok, &search_queue, min_len, 1.5, 4).is_err());
         assert!(cut_thinking(&mut none, &tok, &ct.newline, min_len, 0.5, 4).is_err());
+    }
+
+    /// The cost [`padded_micro_batches`] minimises, of any split.
+    fn cost(lens: &[usize], runs: &[Range<usize>]) -> usize {
+        runs.iter()
+            .map(|r| lens[r.start].max(1) * r.len() + MICRO_BATCH_OVERHEAD_TOKENS)
+            .sum()
+    }
+
+    #[test]
+    fn a_batch_splits_where_its_lengths_drop_and_one_length_stays_whole() {
+        let lens = [800, 790, 780, 300, 290, 280, 220, 210];
+        assert_eq!(padded_micro_batches(&lens, 16384), [0..3, 3..8]);
+        // Pretraining's rows, all of one length: the fewest runs the budget allows.
+        assert_eq!(padded_micro_batches(&[128; 16], 16384), vec![(0..16)]);
+        assert_eq!(padded_micro_batches(&[128; 16], 1024), [0..8, 8..16]);
+        // A row over the budget is a run of its own; an empty batch has none.
+        assert_eq!(padded_micro_batches(&[5000, 10], 1000), [0..1, 1..2]);
+        assert!(padded_micro_batches(&[], 1000).is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_split_is_the_cheapest_within_the_budget(
+            mut lens in proptest::collection::vec(1usize..1000, 1..11),
+            budget in 1usize..6000,
+        ) {
+            lens.sort_by(|a, b| b.cmp(a));
+            let runs = padded_micro_batches(&lens, budget);
+            // Contiguous runs covering every row once, in order, each within the budget.
+            let mut next = 0;
+            for r in &runs {
+                proptest::prop_assert_eq!(r.start, next);
+                proptest::prop_assert!(!r.is_empty());
+                proptest::prop_assert!(r.len() == 1 || lens[r.start] * r.len() <= budget);
+                next = r.end;
+            }
+            proptest::prop_assert_eq!(next, lens.len());
+            // No split costs less: every one of the 2^(n-1) splits, tried.
+            let n = lens.len();
+            let mut least = usize::MAX;
+            for mask in 0u32..1 << (n - 1) {
+                let mut split = Vec::new();
+                let mut a = 0;
+                for b in 1..=n {
+                    if b == n || mask & (1 << (b - 1)) != 0 {
+                        split.push(a..b);
+                        a = b;
+                    }
+                }
+                if split.iter().all(|r| r.len() == 1 || lens[r.start] * r.len() <= budget) {
+                    least = least.min(cost(&lens, &split));
+                }
+            }
+            proptest::prop_assert_eq!(cost(&lens, &runs), least);
+            // Never worse than the plan before it (runs of budget / longest rows).
+            let per = (budget / lens[0]).max(1);
+            let before: Vec<Range<usize>> =
+                (0..n).step_by(per).map(|a| a..(a + per).min(n)).collect();
+            proptest::prop_assert!(cost(&lens, &runs) <= cost(&lens, &before));
+        }
+    }
+
+    #[test]
+    fn micro_batches_that_do_not_cover_the_batch_are_an_error() {
+        let cfg = Qwen3Config::small(50, 16, 32, 1, 2, 1, 8, 32);
+        let model = Qwen3::random(cfg, 2, DType::F32, &Device::Cpu).unwrap();
+        let mut opt = AdamW::new(AdamWConfig::default()).unwrap();
+        let demo = Demo {
+            prompt: vec![1, 2],
+            response: vec![3],
+        };
+        let batch = vec![demo.clone(), demo.clone(), demo];
+        for groups in [
+            vec![0..1, 2..3],
+            std::iter::once(0..2).collect(),
+            vec![0..2, 2..2, 2..3],
+            std::iter::once(1..3).collect(),
+        ] {
+            let e = sft_step_in(&model, &mut opt, &batch, &groups, 0.0).unwrap_err();
+            assert!(e.to_string().contains("micro-batches"), "{groups:?}: {e}");
+        }
+        sft_step_in(&model, &mut opt, &batch, &[0..1, 1..3], 0.0).unwrap();
     }
 
     #[test]
