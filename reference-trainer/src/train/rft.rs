@@ -382,7 +382,7 @@ pub struct FineTunePlan<'a> {
     pub batch_size: usize,
     /// Padded tokens per forward/backward.
     pub micro_batch_tokens: usize,
-    /// Weight of the prompt tokens' loss ([`sft_step`]).
+    /// Weight of the prompt tokens' loss ([`crate::train::sft_step`]).
     pub prompt_weight: f64,
     /// The seed of each epoch's shuffle.
     pub seed: u64,
