@@ -152,11 +152,9 @@ impl Fixture {
         self.resume_says(out, what, "resuming");
     }
 
-    /// Resumes the run in `out` (its output says `says`) and checks that it ends as the
-    /// uninterrupted run did.
-    fn resume_says(&self, out: &Path, what: &str, says: &str) {
-        let stdout = ok(self.train(out).arg("--resume").output().unwrap());
-        assert!(stdout.contains(says), "{what}: {stdout}");
+    /// The run in `out` logged what the uninterrupted run did (times aside) and ended on the
+    /// same weights, bit for bit.
+    fn ends_as_whole(&self, out: &Path, what: &str) {
         let resumed = MetricsLog::new(out.join("metrics.jsonl")).read().unwrap();
         assert_eq!(resumed.len(), self.reference.len(), "{what}");
         for (a, b) in self.reference.iter().zip(&resumed) {
@@ -180,6 +178,14 @@ impl Fixture {
             weights(&self.whole) == weights(out),
             "{what}: final weights differ"
         );
+    }
+
+    /// Resumes the run in `out` (its output says `says`) and checks that it ends as the
+    /// uninterrupted run did.
+    fn resume_says(&self, out: &Path, what: &str, says: &str) {
+        let stdout = ok(self.train(out).arg("--resume").output().unwrap());
+        assert!(stdout.contains(says), "{what}: {stdout}");
+        self.ends_as_whole(out, what);
         let left: Vec<String> = std::fs::read_dir(out.join("checkpoints"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -296,26 +302,7 @@ fn checkpoints_inside_the_sft_change_nothing_of_the_run() {
         .unwrap();
     // Enough steps for the tests below to land between two checkpoints inside it.
     assert!(sft_steps >= 4, "the SFT has {sft_steps} steps");
-    assert_eq!(every.reference.len(), none.reference.len());
-    for (a, b) in every.reference.iter().zip(&none.reference) {
-        assert_eq!(
-            timeless(a),
-            timeless(b),
-            "stage {} iteration {}",
-            a.stage,
-            a.iteration
-        );
-    }
-    let weights = |f: &Fixture| {
-        std::fs::read(
-            f.whole
-                .join("checkpoints")
-                .join(&f.final_checkpoint)
-                .join("model.safetensors"),
-        )
-        .unwrap()
-    };
-    assert!(weights(every) == weights(none), "final weights differ");
+    none.ends_as_whole(&every.whole, "checkpoints inside the SFT");
 }
 
 #[test]
