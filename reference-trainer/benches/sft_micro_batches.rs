@@ -18,7 +18,7 @@ use reference_trainer::rollout::EnvKind;
 use reference_trainer::train::optimizer::{AdamW, AdamWConfig};
 use reference_trainer::train::rft::cold_start_demos;
 use reference_trainer::train::run::{initial_policy, pool_for};
-use reference_trainer::train::sft::{padded_micro_batches, sft_step, sft_step_in};
+use reference_trainer::train::sft::{plan_micro_batches, sft_step, sft_step_in, Demo};
 use reference_trainer::train::TrainConfig;
 
 #[global_allocator]
@@ -59,12 +59,9 @@ fn main() {
     let mut done = 0;
     for (k, chunk) in order.chunks(cfg.rft.batch_size).take(steps).enumerate() {
         let mut batch: Vec<_> = chunk.iter().map(|&i| demos[i].clone()).collect();
-        batch.sort_by_key(|d| std::cmp::Reverse(d.prompt.len() + d.response.len()));
-        let lens: Vec<usize> = batch
-            .iter()
-            .map(|d| d.prompt.len() + d.response.len())
-            .collect();
-        let groups = padded_micro_batches(&lens, budget);
+        // The trainer's plan (sorted longest first, then split), as a fine-tuning step runs it.
+        let groups = plan_micro_batches(&mut batch, budget);
+        let lens: Vec<usize> = batch.iter().map(Demo::tokens).collect();
         tokens += lens.iter().sum::<usize>();
         padded_one += lens[0] * lens.len();
         padded_split += groups

@@ -25,7 +25,7 @@ use candle_core::{DType, Tensor};
 
 use super::metrics::UpdateReport;
 use super::optimizer::{Accumulated, AdamW};
-use super::sft::Demo;
+use super::sft::{plan_micro_batches, Demo};
 use crate::algo::{pack_rows, ppo_loss, LossConfig, LossInputs, TrainingRow};
 use crate::error::{Error, Result};
 use crate::model::Qwen3;
@@ -267,8 +267,8 @@ pub fn update_until(
 }
 
 /// Adds the gradient of `coef × NLL` (token mean over the response tokens) of the anchor's
-/// demonstrations for optimizer step `step` to `acc`, in micro-batches of at most
-/// `cfg.micro_batch_tokens` padded tokens; returns the NLL (before the step).
+/// demonstrations for optimizer step `step` to `acc`, in the fine-tuning's micro-batches
+/// ([`plan_micro_batches`], at most `cfg.micro_batch_tokens` padded tokens each); returns the NLL (before the step).
 fn anchor_term(
     policy: &Qwen3,
     a: &SftAnchor<'_>,
@@ -282,17 +282,11 @@ fn anchor_term(
             .into_iter()
             .map(|i| &a.demos[i])
             .collect();
-    picked.sort_by_key(|d| std::cmp::Reverse(d.prompt.len() + d.response.len()));
+    let groups = plan_micro_batches(&mut picked, cfg.micro_batch_tokens);
     let total: usize = picked.iter().map(|d| d.response.len()).sum();
     let mut nll = 0.0;
-    let mut at = 0;
-    while at < picked.len() {
-        let longest = picked[at].prompt.len() + picked[at].response.len();
-        let n = (cfg.micro_batch_tokens / longest.max(1))
-            .max(1)
-            .min(picked.len() - at);
-        let chunk = &picked[at..at + n];
-        at += n;
+    for g in groups {
+        let chunk = &picked[g];
         let seqs: Vec<Vec<u32>> = chunk
             .iter()
             .map(|d| d.prompt.iter().chain(&d.response).copied().collect())

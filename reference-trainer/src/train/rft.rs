@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{RlTasks, TrainConfig};
 use super::metrics::{MetricsLine, RejectionReport, RolloutSummary, UpdateReport};
 use super::optimizer::AdamW;
-use super::sft::{cut_thinking, expert_demos_counted, padded_micro_batches, sft_step_in, Demo};
+use super::sft::{cut_thinking, expert_demos_counted, plan_micro_batches, sft_step_in, Demo};
 use super::state::derive_seed;
 use crate::error::{Error, Result};
 use crate::model::Qwen3;
@@ -478,24 +478,14 @@ pub fn fine_tune_from(
                 return Err(Error::Stopped { signal });
             }
             let mut batch: Vec<Demo> = chunk.iter().map(|&i| demos[i].clone()).collect();
-            // Longest first, so each micro-batch pads to its own first row; split where the
-            // padding saved outweighs a micro-batch's fixed cost.
-            batch.sort_by_key(|d| std::cmp::Reverse(d.prompt.len() + d.response.len()));
-            let lens: Vec<usize> = batch
-                .iter()
-                .map(|d| d.prompt.len() + d.response.len())
-                .collect();
-            let groups = padded_micro_batches(&lens, plan.micro_batch_tokens);
+            let groups = plan_micro_batches(&mut batch, plan.micro_batch_tokens);
             let r = sft_step_in(policy, opt, &batch, &groups, plan.prompt_weight)?;
             done.steps += 1;
             done.loss_sum += r.loss;
             done.last_loss = r.loss;
             done.rows += batch.len();
             done.tokens += r.tokens;
-            done.forward_tokens += batch
-                .iter()
-                .map(|d| d.prompt.len() + d.response.len())
-                .sum::<usize>();
+            done.forward_tokens += batch.iter().map(Demo::tokens).sum::<usize>();
             done.grad_norm = r.step.grad_norm;
             done.lr = r.step.lr;
             rep.advance(done.steps - told);

@@ -2,6 +2,7 @@
 //! the cold start's first stage (the experts' demonstrations) and the fine-tuning stage of
 //! rejection sampling (RFT, spec §5).
 
+use std::borrow::Borrow;
 use std::ops::Range;
 
 use crate::error::{Error, Result};
@@ -19,6 +20,13 @@ pub struct Demo {
     pub prompt: Vec<u32>,
     /// Response token ids (the loss is on these).
     pub response: Vec<u32>,
+}
+
+impl Demo {
+    /// Its prompt and response tokens: the row it is in a forward pass.
+    pub fn tokens(&self) -> usize {
+        self.prompt.len() + self.response.len()
+    }
 }
 
 /// What one SFT step did.
@@ -235,6 +243,15 @@ pub fn padded_micro_batches(lens: &[usize], budget: usize) -> Vec<Range<usize>> 
     runs
 }
 
+/// Sorts `batch` longest first (stably) and gives its [`padded_micro_batches`] within `budget`
+/// padded tokens: the plan every fine-tuning step runs (the SFT, the rejection rounds,
+/// pretraining, RL's SFT anchor).
+pub fn plan_micro_batches<D: Borrow<Demo>>(batch: &mut [D], budget: usize) -> Vec<Range<usize>> {
+    batch.sort_by_key(|d| std::cmp::Reverse(d.borrow().tokens()));
+    let lens: Vec<usize> = batch.iter().map(|d| d.borrow().tokens()).collect();
+    padded_micro_batches(&lens, budget)
+}
+
 /// [`sft_step`] in the micro-batches `groups` (ranges of `batch`, in order, covering it once),
 /// whose gradients are summed.
 pub fn sft_step_in(
@@ -297,7 +314,7 @@ pub fn sft_step_in(
             let mut w = Vec::with_capacity(out.log_probs.dim(0)?);
             let mut resp = Vec::with_capacity(w.capacity());
             for d in chunk {
-                let n = d.prompt.len() + d.response.len();
+                let n = d.tokens();
                 for t in 1..n {
                     let is_resp = t >= d.prompt.len();
                     w.push(if is_resp {
